@@ -451,12 +451,6 @@ def event_elapsed_impl(device: Any, start: Any, end: Any) -> float:
     raises ``UnsupportedError``."""
 
 
-@hookspec(firstresult=True)
-def event_release_impl(device: Any, event: Any) -> None:
-    """*Optional.* Release an event handle when pyoffload's ``Event`` is collected.  The default
-    does nothing."""
-
-
 # --------------------------------------------------------------------------------------------
 # Conformance suite support
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,42 @@
+"""Building host images: C source to an ELF shared object with the system's ``cc``."""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import tempfile
+from importlib import resources
+
+from ..errors import CompileError, Errc, OffloadError
+
+DEFAULT_FLAGS = ("-shared", "-fPIC", "-g", "-O2")
+
+
+def compile_c(source: str, flags: tuple[str, ...] = DEFAULT_FLAGS, cc: str | None = None) -> bytes:
+    """Compile C ``source`` into a shared object and return its bytes.
+
+    ``-g`` (on by default) keeps DWARF, from which the host backend reads kernel signatures and
+    checks launch arguments.  A compiler error raises ``CompileError`` with the compiler's output.
+    """
+    compiler = cc or os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if not compiler:
+        raise OffloadError("no C compiler found (set CC or install cc)", Errc.HOST_TOOL_NOT_FOUND)
+    with tempfile.TemporaryDirectory(prefix="pyoffload-cc-") as tmp:
+        src = os.path.join(tmp, "image.c")
+        out = os.path.join(tmp, "image.so")
+        with open(src, "w") as f:
+            f.write(source)
+        proc = subprocess.run([compiler, *flags, "-o", out, src], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise CompileError(f"{compiler} failed with exit status {proc.returncode}", proc.stderr)
+        with open(out, "rb") as f:
+            return f.read()
+
+
+@functools.cache
+def packaged_image(name: str) -> bytes:
+    """Build one of the C programs shipped in this package (``conformance_kernels`` ...)."""
+    source = resources.files(__package__).joinpath(f"{name}.c").read_text()
+    return compile_c(source)

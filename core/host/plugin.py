@@ -1,0 +1,332 @@
+"""The built-in host backend: the CPU as an offload device.
+
+* Memory of every kind is host memory (64-byte aligned ``aligned_alloc``), so DEVICE, HOST and
+  MANAGED pointers are all host pointers and every copy is a ``memmove``.
+* Images are ELF shared objects for this machine.  Each load gets its own instance: the bytes go
+  into a fresh ``memfd`` and are ``dlopen``-ed from there, so loading the same image twice gives
+  two independent copies of its globals.  The dynamic loader runs the ELF constructors at load
+  and the destructors at ``dlclose`` (before the code is unmapped), exactly once each.
+* Kernels are exported C functions, called once per launch with the arguments; they loop over
+  their work themselves.  DWARF (``-g``) gives their signatures for launch-argument checks.
+* Queues are worker threads (see :mod:`.worker`): launches really run asynchronously.
+* Locking host memory only records the range in the generic pinned map: the host device reaches
+  all host memory already.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform as _platform
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..backend import (
+    AllocKind,
+    DeviceDesc,
+    DeviceType,
+    InvalidBinaryError,
+    LocalMemory,
+    NotFoundError,
+    OutOfResourcesError,
+    PlatformDesc,
+    SymbolDesc,
+    SymbolKind,
+    UnsupportedError,
+    hookimpl,
+)
+from .elf import ImageInfo, check_image, inspect_image
+from .worker import HostEvent, HostQueue
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_aligned_alloc = _libc.aligned_alloc
+_aligned_alloc.restype = ctypes.c_void_p
+_aligned_alloc.argtypes = (ctypes.c_size_t, ctypes.c_size_t)
+_free = _libc.free
+_free.argtypes = (ctypes.c_void_p,)
+_free.restype = None
+_dlclose = _libc.dlclose
+_dlclose.argtypes = (ctypes.c_void_p,)
+_dlerror = _libc.dlerror
+_dlerror.restype = ctypes.c_char_p
+_memmove = ctypes.memmove
+ALIGNMENT = 64
+
+_CTYPES = {
+    "b": ctypes.c_int8, "h": ctypes.c_int16, "i": ctypes.c_int32, "l": ctypes.c_int64, "q": ctypes.c_int64,
+    "B": ctypes.c_uint8, "H": ctypes.c_uint16, "I": ctypes.c_uint32, "L": ctypes.c_uint64, "Q": ctypes.c_uint64,
+    "f": ctypes.c_float, "d": ctypes.c_double, "?": ctypes.c_bool,
+}
+
+
+class HostDevice:
+    name = f"{_platform.processor() or _platform.machine()} (host)"
+
+
+class HostProgram:
+    __slots__ = ("lib", "info", "handle", "fd")
+
+    def __init__(self, lib: ctypes.CDLL, info: ImageInfo, fd: int) -> None:
+        self.lib = lib
+        self.info = info
+        self.handle = lib._handle
+        self.fd = fd
+
+
+class HostKernel:
+    __slots__ = ("fn", "name", "signature")
+
+    def __init__(self, fn: Any, name: str, signature: tuple[str, ...] | None) -> None:
+        self.fn = fn
+        self.name = name
+        self.signature = signature
+
+
+_DEVICE = HostDevice()
+
+
+@hookimpl
+def init_impl() -> Sequence[PlatformDesc]:
+    device = DeviceDesc(HostDevice.name, _platform.machine(), DeviceType.HOST, _DEVICE)
+    return [PlatformDesc("host", "pyoffload", sys.version.split()[0], (device,), None)]
+
+
+@hookimpl
+def deinit_impl() -> None:
+    return None
+
+
+@hookimpl
+def device_info_impl(device: HostDevice) -> dict[str, Any]:
+    pages, page_size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    return {
+        "memory_bytes": pages * page_size,
+        "compute_units": os.cpu_count() or 1,
+        "architecture": _platform.machine(),
+        "driver_version": f"{_platform.system()} {_platform.release()}",
+        "max_work_group_size": 1 << 31,
+        "alignment": ALIGNMENT,
+    }
+
+
+# -- memory -------------------------------------------------------------------------------
+
+
+@hookimpl
+def data_alloc_impl(context: Any, device: Any, size: int, kind: AllocKind) -> int:
+    ptr = _aligned_alloc(ALIGNMENT, (size + ALIGNMENT - 1) & ~(ALIGNMENT - 1))
+    if not ptr:
+        raise OutOfResourcesError(f"host backend: aligned_alloc of {size} bytes failed")
+    return ptr
+
+
+@hookimpl
+def data_free_impl(context: Any, device: Any, ptr: int, kind: AllocKind) -> None:
+    _free(ptr)
+
+
+def _address(mv: memoryview) -> int:
+    import numpy as np
+
+    return int(np.frombuffer(mv, dtype=np.uint8).ctypes.data)
+
+
+def _run(queue: HostQueue | None, op: Callable[[], Any]) -> HostEvent | None:
+    if queue is None:
+        op()
+        return None
+    return queue.submit(op)
+
+
+@hookimpl
+def data_submit_impl(device: Any, queue: HostQueue | None, dst: int, src: memoryview, size: int) -> Any:
+    src_addr = _address(src)
+    return _run(queue, lambda: _memmove(dst, src_addr, size))
+
+
+@hookimpl
+def data_retrieve_impl(device: Any, queue: HostQueue | None, dst: memoryview, src: int, size: int) -> Any:
+    dst_addr = _address(dst)
+    return _run(queue, lambda: _memmove(dst_addr, src, size))
+
+
+@hookimpl
+def data_exchange_impl(src_device: Any, src: int, dst_device: Any, dst: int, size: int, queue: Any) -> Any:
+    return _run(queue, lambda: _memmove(dst, src, size))
+
+
+@hookimpl
+def data_fill_impl(device: Any, queue: HostQueue | None, ptr: int, pattern: bytes, size: int) -> Any:
+    import numpy as np
+
+    def fill() -> None:
+        arr = np.ctypeslib.as_array((ctypes.c_uint8 * size).from_address(ptr))
+        n = len(pattern)
+        if n in (1, 2, 4, 8):
+            arr.view(f"u{n}").fill(np.frombuffer(pattern, dtype=f"u{n}")[0])
+        else:
+            arr.reshape(-1, n)[:] = np.frombuffer(pattern, dtype=np.uint8)
+
+    return _run(queue, fill)
+
+
+@hookimpl
+def data_lock_impl(device: Any, ptr: int, size: int) -> int:
+    return ptr
+
+
+@hookimpl
+def data_unlock_impl(device: Any, ptr: int) -> None:
+    return None
+
+
+@hookimpl
+def data_prefetch_impl(device: Any, queue: HostQueue | None, ptr: int, size: int, to_device: bool) -> Any:
+    # Host memory never migrates; on a queue the hint still orders after earlier work.
+    return _run(queue, lambda: None)
+
+
+# -- programs -----------------------------------------------------------------------------
+
+
+@hookimpl
+def load_binary_impl(context: Any, device: Any, image: bytes) -> HostProgram:
+    check_image(image)
+    info = inspect_image(image)
+    # The memfd stays open while the program is loaded: the dynamic loader recognises an
+    # already-loaded object by its path, and an open descriptor keeps /proc/self/fd/N unique.
+    fd = os.memfd_create("pyoffload-image", os.MFD_CLOEXEC)
+    try:
+        view = memoryview(image)
+        while view:
+            view = view[os.write(fd, view):]
+        lib = ctypes.CDLL(f"/proc/self/fd/{fd}", mode=os.RTLD_NOW | os.RTLD_LOCAL)
+    except OSError as exc:
+        os.close(fd)
+        raise InvalidBinaryError(f"host backend: dlopen failed: {exc}") from None
+    return HostProgram(lib, info, fd)
+
+
+@hookimpl
+def unload_binary_impl(device: Any, program: HostProgram) -> None:
+    # dlclose runs the image's ELF destructors, then unmaps it.
+    failed = _dlclose(program.handle) != 0
+    os.close(program.fd)
+    if failed:
+        raise UnsupportedError(f"host backend: dlclose failed: {(_dlerror() or b'?').decode()}")
+
+
+@hookimpl
+def get_symbols_impl(device: Any, program: HostProgram) -> Sequence[SymbolDesc]:
+    return program.info.symbols
+
+
+@hookimpl
+def get_kernel_impl(device: Any, program: HostProgram, name: str) -> HostKernel:
+    if program.info.find(name, SymbolKind.KERNEL) is None:
+        raise NotFoundError(f"kernel {name!r} is not an exported function of the image")
+    fn = getattr(program.lib, name)
+    fn.restype = None
+    return HostKernel(fn, name, program.info.signatures.get(name))
+
+
+@hookimpl
+def kernel_signature_impl(device: Any, kernel: HostKernel) -> tuple[str, ...] | None:
+    return kernel.signature
+
+
+@hookimpl
+def get_global_impl(device: Any, program: HostProgram, name: str) -> tuple[int, int]:
+    sym = program.info.find(name, SymbolKind.GLOBAL)
+    if sym is None:
+        raise NotFoundError(f"global {name!r} is not an exported variable of the image")
+    return ctypes.addressof(ctypes.c_char.in_dll(program.lib, name)), sym.size
+
+
+# -- launches -----------------------------------------------------------------------------
+
+
+def _ctypes_args(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    out: list[Any] = []
+    for a in args:
+        if type(a) is int:
+            out.append(ctypes.c_void_p(a))
+        elif type(a) is LocalMemory:
+            out.append((ctypes.c_char * a.size)())
+        else:
+            ctype = _CTYPES.get(a.dtype.char)
+            if ctype is None:
+                raise UnsupportedError(f"host backend: scalar type {a.dtype} has no C equivalent here")
+            out.append(ctype(a.item()))
+    return tuple(out)
+
+
+@hookimpl
+def launch_impl(device: Any, queue: HostQueue | None, kernel: HostKernel, grid: Any, block: Any,
+                args: tuple[Any, ...]) -> Any:
+    fn, cargs = kernel.fn, _ctypes_args(args)
+    return _run(queue, lambda: fn(*cargs))
+
+
+@hookimpl
+def launch_prepare_impl(device: Any, queue: HostQueue, kernel: HostKernel, grid: Any, block: Any,
+                        args: tuple[Any, ...]) -> Callable[[], Any]:
+    fn, cargs, submit = kernel.fn, _ctypes_args(args), queue.submit
+
+    def call() -> None:
+        fn(*cargs)
+
+    return lambda: submit(call)
+
+
+@hookimpl
+def queue_create_impl(context: Any, device: Any, profiling: bool) -> HostQueue:
+    return HostQueue(profiling)
+
+
+@hookimpl
+def queue_destroy_impl(device: Any, queue: HostQueue) -> None:
+    queue.close()
+
+
+@hookimpl
+def queue_synchronize_impl(device: Any, queue: HostQueue) -> None:
+    queue.synchronize()
+
+
+@hookimpl
+def queue_query_impl(device: Any, queue: HostQueue) -> bool:
+    return queue.idle()
+
+
+@hookimpl
+def enqueue_host_function_impl(device: Any, queue: HostQueue, fn: Callable[[], None]) -> HostEvent:
+    return queue.submit(fn)
+
+
+@hookimpl
+def event_wait_impl(device: Any, event: HostEvent) -> None:
+    event.done.wait()
+    if event.error is not None:
+        raise event.error
+
+
+@hookimpl
+def event_query_impl(device: Any, event: HostEvent) -> bool:
+    return event.done.is_set()
+
+
+@hookimpl
+def event_elapsed_impl(device: Any, start: HostEvent, end: HostEvent) -> float:
+    return (end.stamp - start.stamp) * 1e3
+
+
+# -- conformance --------------------------------------------------------------------------
+
+
+@hookimpl
+def conformance_images_impl(device: Any) -> dict[str, bytes]:
+    from .compiler import packaged_image
+
+    return {"kernels": packaged_image("conformance_kernels"), "ctor_dtor": packaged_image("conformance_ctor_dtor")}

@@ -1,0 +1,112 @@
+"""``PYOFFLOAD_TRACK_ALLOCATIONS=1``: per-device allocation statistics and a leak report.
+
+When on, every allocation records where it was made; at deinit the tracker prints, for each
+device, the number of allocations, bytes, peak bytes and min/max size, then every allocation still
+alive with its origin.  Double frees and frees of the wrong kind name the allocation's origin
+(and, for a double free, where it was freed first) whether or not tracking is on, as far as the
+bounded history of recent frees reaches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import traceback
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .memory import Allocation
+    from .runtime import Runtime
+
+FREED_HISTORY = 4096
+
+
+def enabled() -> bool:
+    return os.environ.get("PYOFFLOAD_TRACK_ALLOCATIONS", "").strip() not in ("", "0")
+
+
+def origin(skip: int = 3) -> str:
+    """Where the user's call came from: the innermost frame outside pyoffload."""
+    for frame in reversed(traceback.extract_stack()[:-skip]):
+        if "/pyoffload/" not in frame.filename and "/core/" not in frame.filename:
+            return f"{frame.filename}:{frame.lineno} in {frame.name}"
+    return "<unknown>"
+
+
+@dataclasses.dataclass
+class DeviceStats:
+    count: int = 0
+    live: int = 0
+    live_bytes: int = 0
+    peak_bytes: int = 0
+    total_bytes: int = 0
+    min_size: int = 0
+    max_size: int = 0
+
+    def on_alloc(self, size: int) -> None:
+        self.count += 1
+        self.live += 1
+        self.total_bytes += size
+        self.live_bytes += size
+        self.peak_bytes = max(self.peak_bytes, self.live_bytes)
+        self.min_size = size if self.count == 1 else min(self.min_size, size)
+        self.max_size = max(self.max_size, size)
+
+    def on_free(self, size: int) -> None:
+        self.live -= 1
+        self.live_bytes -= size
+
+
+class Tracker:
+    def __init__(self) -> None:
+        self.on = enabled()
+        self.stats: dict[str, DeviceStats] = {}
+        self.freed: OrderedDict[int, tuple[str, str]] = OrderedDict()
+
+    @staticmethod
+    def _key(alloc: Allocation) -> str:
+        return alloc.device.id if alloc.device is not None else f"{alloc.context.backend}-host-memory"
+
+    def allocated(self, alloc: Allocation) -> None:
+        if self.on:
+            self.stats.setdefault(self._key(alloc), DeviceStats()).on_alloc(alloc.size)
+
+    def freed_alloc(self, alloc: Allocation) -> None:
+        if self.on:
+            self.stats.setdefault(self._key(alloc), DeviceStats()).on_free(alloc.size)
+        self.freed[alloc.ptr] = (alloc.origin or "", origin() if self.on else "")
+        if len(self.freed) > FREED_HISTORY:
+            self.freed.popitem(last=False)
+
+    def forget_freed(self, ptr: int) -> None:
+        self.freed.pop(ptr, None)
+
+    def history(self, ptr: int) -> str:
+        hit = self.freed.get(ptr)
+        if hit is None:
+            return ""
+        made, freed = hit
+        if not freed:
+            return " (already freed; PYOFFLOAD_TRACK_ALLOCATIONS=1 records where)"
+        return f" (allocated at {made}, freed at {freed})"
+
+
+def report_at_deinit(rt: Runtime) -> None:
+    tracker: Tracker = rt.tracker
+    if not tracker.on:
+        return
+    out = sys.stderr
+    print("pyoffload allocation tracker:", file=out)
+    for key, s in sorted(tracker.stats.items()):
+        print(
+            f"  {key}: {s.count} allocations, {s.total_bytes} bytes, peak {s.peak_bytes} bytes, "
+            f"min {s.min_size} max {s.max_size}, {s.live} live ({s.live_bytes} bytes)",
+            file=out,
+        )
+    live = [entry[2] for entry in rt.registry]
+    if live:
+        print(f"  leaked: {len(live)} allocations", file=out)
+        for alloc in live:
+            print(f"    {alloc!r} allocated at {alloc.origin}", file=out)

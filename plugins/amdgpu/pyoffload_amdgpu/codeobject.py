@@ -1,0 +1,291 @@
+"""Reading AMDGPU code objects: format detection, kernels, globals and kernel-argument metadata.
+
+Everything here works on the image bytes alone, before (and without) any driver call, so that an
+image that is not an AMDGPU code object is rejected as ``INVALID_BINARY`` without touching HIP,
+and so that the fake driver can "load" a module exactly from what the real loader would see.
+
+An AMDGPU code object is an ELF shared object with ``e_machine == EM_AMDGPU`` (224).  Its kernels
+are ``STT_FUNC`` symbols with a kernel descriptor ``<name>.kd`` (``STT_OBJECT``, 64 bytes) beside
+them; its globals are the other ``STT_OBJECT`` symbols of the dynamic symbol table.  The
+``NT_AMDGPU_METADATA`` note (a MessagePack map, code object v3 and later) describes each kernel's
+explicit and hidden arguments with their kernarg offsets.
+
+Clang offload bundles (``__CLANG_OFFLOAD_BUNDLE__``, what ``hipcc --genco`` or ``-fgpu-rdc``
+produce) are unwrapped to their amdgcn entry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import struct
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import msgpack
+from elftools.common.exceptions import ELFError
+from elftools.elf.elffile import ELFFile
+
+from pyoffload.backend import InvalidBinaryError
+
+EM_AMDGPU = 224
+NT_AMDGPU_METADATA = 32
+ELF_MAGIC = b"\x7fELF"
+BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
+COMPRESSED_BUNDLE_MAGIC = b"CCOB"
+INIT_KERNEL = "amdgcn.device.init"
+FINI_KERNEL = "amdgcn.device.fini"
+
+# OpenCL C / HIP type names in the metadata's ``.type_name`` -> pyoffload's argument kinds.
+_SCALAR_KINDS = {
+    "char": "i8",
+    "signed char": "i8",
+    "uchar": "u8",
+    "unsigned char": "u8",
+    "bool": "u8",
+    "short": "i16",
+    "ushort": "u16",
+    "unsigned short": "u16",
+    "int": "i32",
+    "uint": "u32",
+    "unsigned int": "u32",
+    "long": "i64",
+    "ulong": "u64",
+    "unsigned long": "u64",
+    "half": "f16",
+    "float": "f32",
+    "double": "f64",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelArg:
+    """One explicit kernel argument as the code object's metadata describes it."""
+
+    offset: int
+    size: int
+    value_kind: str  # "global_buffer", "by_value", "dynamic_shared_pointer", ...
+    type_name: str = ""
+    pointee_align: int = 0
+
+    @property
+    def kind(self) -> str | None:
+        """pyoffload's argument kind, or ``None`` when the metadata does not say."""
+        if self.value_kind == "global_buffer":
+            return "ptr"
+        if self.value_kind == "dynamic_shared_pointer":
+            return "local"
+        if self.value_kind == "by_value":
+            return _SCALAR_KINDS.get(self.type_name.strip())
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelInfo:
+    """A kernel: its name, descriptor symbol and argument layout."""
+
+    name: str
+    args: tuple[KernelArg, ...]
+    kernarg_size: int  # explicit arguments only: offset + size of the last one
+    kernarg_align: int
+    group_segment_size: int  # static LDS bytes; dynamic LDS starts after it
+    max_flat_workgroup_size: int
+    kind: str = "normal"  # "init" / "fini" for the ctor/dtor entry points
+
+    @property
+    def signature(self) -> tuple[str, ...] | None:
+        kinds = tuple(a.kind for a in self.args)
+        return None if any(k is None for k in kinds) else kinds  # type: ignore[return-value]
+
+
+@dataclasses.dataclass(frozen=True)
+class GlobalInfo:
+    """A global variable: where it sits in the image and its initial bytes."""
+
+    name: str
+    vaddr: int
+    size: int
+    initial: bytes  # ``size`` bytes: file contents, or zeros for .bss
+
+
+@dataclasses.dataclass(frozen=True)
+class CodeObject:
+    """What pyoffload needs to know about one code object, read from its bytes."""
+
+    image: bytes  # the ELF itself (unwrapped from a bundle if need be)
+    target: str  # e.g. "amdgcn-amd-amdhsa--gfx90a"; "" if the metadata does not say
+    kernels: Mapping[str, KernelInfo]
+    globals: Mapping[str, GlobalInfo]
+
+    @property
+    def arch(self) -> str:
+        """The processor, e.g. ``gfx90a``, without target features."""
+        return arch_name(self.target.rsplit("-", 1)[-1]) if self.target else ""
+
+
+def arch_name(gcn_arch: str) -> str:
+    """``gfx90a:sramecc+:xnack-`` -> ``gfx90a``."""
+    return gcn_arch.split(":", 1)[0].strip()
+
+
+def is_amdgpu_elf(image: bytes | memoryview) -> bool:
+    """True if the bytes start like a 64-bit little-endian ELF for EM_AMDGPU."""
+    head = bytes(image[:20])
+    return (
+        len(head) == 20
+        and head[:4] == ELF_MAGIC
+        and head[4] == 2  # ELFCLASS64
+        and head[5] == 1  # little endian
+        and struct.unpack_from("<H", head, 18)[0] == EM_AMDGPU
+    )
+
+
+def unwrap(image: bytes, arch: str = "") -> bytes:
+    """Return the AMDGPU ELF inside ``image``: the image itself, or a bundle's amdgcn entry.
+
+    ``arch`` prefers the bundle entry built for that processor.  Raises ``InvalidBinaryError``
+    naming what was expected for anything else.
+    """
+    if is_amdgpu_elf(image):
+        return bytes(image)
+    if image[: len(BUNDLE_MAGIC)] == BUNDLE_MAGIC:
+        return _bundle_entry(image, arch)
+    if image[:4] == COMPRESSED_BUNDLE_MAGIC:
+        raise InvalidBinaryError(
+            "compressed clang offload bundles are not supported; "
+            "unbundle with clang-offload-bundler or build without --offload-compress"
+        )
+    if image[:4] == ELF_MAGIC:
+        machine = struct.unpack_from("<H", image, 18)[0] if len(image) >= 20 else -1
+        raise InvalidBinaryError(
+            f"ELF image for e_machine {machine}, expected an AMDGPU code object "
+            f"(e_machine {EM_AMDGPU})"
+        )
+    raise InvalidBinaryError(
+        "not an AMDGPU code object: expected an ELF with e_machine EM_AMDGPU (224) "
+        "or a clang offload bundle"
+    )
+
+
+def _bundle_entry(image: bytes, arch: str) -> bytes:
+    # Layout (clang-offload-bundler, binary format): magic, u64 count, then per entry
+    # u64 offset, u64 size, u64 triple length, triple; offsets are from the start of the file.
+    try:
+        pos = len(BUNDLE_MAGIC)
+        (count,) = struct.unpack_from("<Q", image, pos)
+        pos += 8
+        entries: list[tuple[str, bytes]] = []
+        for _ in range(count):
+            offset, size, tlen = struct.unpack_from("<QQQ", image, pos)
+            pos += 24
+            triple = image[pos : pos + tlen].decode("ascii")
+            pos += tlen
+            if offset + size > len(image):
+                raise InvalidBinaryError(f"offload bundle entry {triple!r} is truncated")
+            entries.append((triple, bytes(image[offset : offset + size])))
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise InvalidBinaryError(f"malformed clang offload bundle: {exc}") from exc
+    amdgcn = [(t, data) for t, data in entries if "amdgcn" in t and is_amdgpu_elf(data)]
+    if not amdgcn:
+        triples = ", ".join(t for t, _ in entries) or "none"
+        raise InvalidBinaryError(f"offload bundle has no amdgcn code object (entries: {triples})")
+    for triple, data in amdgcn:
+        if arch and arch_name(triple.rsplit("-", 1)[-1]) == arch:
+            return data
+    return amdgcn[0][1]
+
+
+def parse(image: bytes, arch: str = "") -> CodeObject:
+    """Unwrap and read a code object.  Raises ``InvalidBinaryError`` if it cannot be read."""
+    elf_bytes = unwrap(image, arch)
+    try:
+        elf = ELFFile(io.BytesIO(elf_bytes))
+        metadata = _metadata(elf)
+        globals_ = _globals(elf, elf_bytes)
+        kernels = _kernels(elf, metadata)
+    except (ELFError, struct.error, ValueError, KeyError, TypeError) as exc:
+        raise InvalidBinaryError(f"malformed AMDGPU code object: {exc}") from exc
+    return CodeObject(
+        image=elf_bytes,
+        target=str(metadata.get("amdhsa.target", "")),
+        kernels=kernels,
+        globals=globals_,
+    )
+
+
+def _metadata(elf: ELFFile) -> dict[str, Any]:
+    for segment in elf.iter_segments():
+        if segment["p_type"] != "PT_NOTE":
+            continue
+        for note in segment.iter_notes():
+            if note["n_name"] == "AMDGPU" and note["n_type"] == NT_AMDGPU_METADATA:
+                desc = note["n_desc"]
+                raw = desc if isinstance(desc, bytes) else str(desc).encode("latin-1")
+                data = msgpack.unpackb(raw, raw=False, strict_map_key=False)
+                if not isinstance(data, dict):
+                    raise ValueError("AMDGPU metadata note is not a map")
+                return data
+    return {}
+
+
+def _dynamic_symbols(elf: ELFFile) -> Sequence[Any]:
+    # The loader resolves names through the dynamic symbol table; fall back to .symtab for
+    # relocatable-looking images that lack one.
+    table = elf.get_section_by_name(".dynsym") or elf.get_section_by_name(".symtab")
+    return list(table.iter_symbols()) if table is not None else []
+
+
+def _kernels(elf: ELFFile, metadata: Mapping[str, Any]) -> dict[str, KernelInfo]:
+    symbols = _dynamic_symbols(elf)
+    descriptors = {
+        s.name[:-3] for s in symbols if s.name.endswith(".kd") and s["st_info"]["type"] == "STT_OBJECT"
+    }
+    kernels: dict[str, KernelInfo] = {}
+    for entry in metadata.get("amdhsa.kernels", []):
+        args = tuple(
+            KernelArg(
+                offset=int(a[".offset"]),
+                size=int(a[".size"]),
+                value_kind=str(a[".value_kind"]),
+                type_name=str(a.get(".type_name", "")),
+                pointee_align=int(a.get(".pointee_align", 0)),
+            )
+            for a in entry.get(".args", [])
+            if not str(a[".value_kind"]).startswith("hidden_")
+        )
+        name = str(entry[".name"])
+        kernels[name] = KernelInfo(
+            name=name,
+            args=args,
+            kernarg_size=max((a.offset + a.size for a in args), default=0),
+            kernarg_align=int(entry.get(".kernarg_segment_align", 8)),
+            group_segment_size=int(entry.get(".group_segment_fixed_size", 0)),
+            max_flat_workgroup_size=int(entry.get(".max_flat_workgroup_size", 1024)),
+            kind=str(entry.get(".kind", "normal")),
+        )
+    # Code objects without metadata still name their kernels through descriptors.
+    for name in descriptors - kernels.keys():
+        kernels[name] = KernelInfo(name, (), 0, 8, 0, 1024)
+    return {n: k for n, k in kernels.items() if n in descriptors or not descriptors}
+
+
+def _globals(elf: ELFFile, elf_bytes: bytes) -> dict[str, GlobalInfo]:
+    sections = list(elf.iter_sections())
+    result: dict[str, GlobalInfo] = {}
+    for sym in _dynamic_symbols(elf):
+        if (
+            sym["st_info"]["type"] != "STT_OBJECT"
+            or sym.name.endswith(".kd")
+            or sym["st_shndx"] in ("SHN_UNDEF", "SHN_ABS")
+            or sym["st_info"]["bind"] == "STB_LOCAL"
+        ):
+            continue
+        section = sections[sym["st_shndx"]]
+        size = int(sym["st_size"])
+        if section["sh_type"] == "SHT_NOBITS":
+            initial = bytes(size)
+        else:
+            start = section["sh_offset"] + sym["st_value"] - section["sh_addr"]
+            initial = elf_bytes[start : start + size]
+        result[sym.name] = GlobalInfo(sym.name, int(sym["st_value"]), size, initial)
+    return result
