@@ -99,6 +99,14 @@ class Program:
                 return
             self._state = _UNLOADING
         try:
+            # Work still queued may run this program's code: let it finish before the code goes.
+            for queue in list(self._rt.queues.values()):
+                if queue.device is self.device and queue._live:
+                    try:
+                        self._disp.queue_synchronize_impl(self.device.handle, queue.handle)
+                    except BaseException as exc:
+                        warnings.warn(f"waiting for {queue!r} before unloading {self!r}: {exc!r}",
+                                      TeardownWarning, stacklevel=3)
             for name in self._fini:
                 try:
                     self._run_entry(name)

@@ -221,7 +221,8 @@ class Queue:
             )
         for i, (want, a) in enumerate(zip(sig, args)):
             if want == "ptr":
-                ok = type(a) is int
+                # a host-style image declares local memory as a plain pointer parameter
+                ok = type(a) is int or type(a) is LocalMemory
             elif want == "local":
                 ok = type(a) is LocalMemory
             else:

@@ -430,11 +430,6 @@ def event_elapsed_impl(device: OclDevice, start: Any, end: Any) -> float:
     return events.elapsed_ms(start, end)
 
 
-@hookimpl
-def event_release_impl(device: OclDevice, event: Any) -> None:
-    return None  # pyopencl releases the cl_event when the Python object goes
-
-
 # --------------------------------------------------------------------------------------------
 # Conformance suite support
 # --------------------------------------------------------------------------------------------

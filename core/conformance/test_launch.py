@@ -1,0 +1,121 @@
+"""Kernel launches: pointer, scalar and local-memory arguments, dimensions, prepared launches."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pyoffload import Errc, LocalMemory, OffloadError
+
+from ._util import launch_n, read, upload
+
+
+@pytest.fixture
+def kernels(device, images):
+    prog = device.load_program(images["kernels"])
+    yield prog
+    if prog.loaded:
+        prog.unload()
+
+
+def test_iota(device, kernels, queue):
+    n = 1000
+    out = device.alloc(4 * n)
+    launch_n(queue, kernels.kernel("iota_i32"), n, [out, np.int32(n), np.int32(7)])
+    assert np.array_equal(read(out, np.int32, n), np.arange(7, 7 + n, dtype=np.int32))
+    out.free()
+
+
+def test_axpy_with_interior_pointers(device, kernels, queue):
+    n = 256
+    x = np.linspace(0, 1, n, dtype=np.float32)
+    y = np.ones(n, dtype=np.float32)
+    dx, dy = upload(device, x), upload(device, y)
+    half = n // 2
+    launch_n(queue, kernels.kernel("axpy_f32"), half, [dy.ptr + 4 * half, dx.ptr + 4 * half, np.float32(2.0), np.int32(half)])
+    expect = y.copy()
+    expect[half:] += 2.0 * x[half:]
+    assert np.allclose(read(dy, np.float32, n), expect)
+    dx.free()
+    dy.free()
+
+
+def test_scalar_widths(device, kernels, queue):
+    out = device.alloc(8 * 10)
+    args = [np.int8(-5), np.int16(-300), np.int32(-70000), np.int64(-(2**40)), np.float32(1.5), np.float64(2.25),
+            np.uint8(250), np.uint16(65000), np.uint32(4_000_000_000), np.uint64(2**50)]
+    queue.launch(kernels.kernel("scalars"), 1, 1, [out, *args]).wait()
+    assert list(read(out, np.float64, 10)) == [float(a) for a in args]
+    out.free()
+
+
+def test_local_memory(device, kernels, queue):
+    block, n = 16, 64
+    src = upload(device, np.arange(n, dtype=np.int32))
+    out = device.alloc(4 * n)
+    queue.launch(kernels.kernel("local_reverse"), n // block, block,
+                 [out, src, LocalMemory(4 * block), np.int32(n), np.int32(block)]).wait()
+    expect = np.arange(n, dtype=np.int32).reshape(-1, block)[:, ::-1].ravel()
+    assert np.array_equal(read(out, np.int32, n), expect)
+    src.free()
+    out.free()
+
+
+def test_prepared_launch_repeats(device, kernels, queue):
+    out = device.alloc(4)
+    launch = queue.prepare(kernels.kernel("bump"), 1, 1, [out])
+    for _ in range(5):
+        launch()
+    queue.wait()
+    assert read(out, np.int32, 1)[0] == 5
+    out.free()
+    with pytest.raises(OffloadError) as err:
+        launch()
+    assert err.value.errc is Errc.INVALID_ARGUMENT and "freed" in str(err.value)
+
+
+@pytest.mark.parametrize("bad", [np.int32(0), 0x1234, 3.5, "x", object()], ids=["scalar-for-ptr", "unknown-ptr", "float", "str", "object"])
+def test_bad_pointer_argument(device, kernels, queue, bad):
+    with pytest.raises(OffloadError) as err:
+        queue.launch(kernels.kernel("bump"), 1, 1, [bad])
+    assert err.value.errc is Errc.INVALID_ARGUMENT
+
+
+def test_freed_pointer_argument(device, kernels, queue):
+    out = device.alloc(4)
+    out.free()
+    with pytest.raises(OffloadError) as err:
+        queue.launch(kernels.kernel("bump"), 1, 1, [out])
+    assert err.value.errc is Errc.INVALID_ARGUMENT and "freed" in str(err.value)
+
+
+@pytest.mark.parametrize("grid,block", [(0, 1), (1, 0), ((1, 1, 1, 1), 1), (-2, 1), (1.0, 1)])
+def test_bad_dimensions(device, kernels, queue, grid, block):
+    with pytest.raises(OffloadError) as err:
+        queue.launch(kernels.kernel("noop"), grid, block, [])
+    assert err.value.errc is Errc.INVALID_VALUE
+
+
+def test_wrong_argument_count_when_signature_known(device, kernels, queue):
+    k = kernels.kernel("iota_i32")
+    if k.signature is None:
+        pytest.skip("the backend reports no kernel signatures")
+    assert tuple(k.signature) == ("ptr", "i32", "i32")
+    out = device.alloc(4)
+    with pytest.raises(OffloadError) as err:
+        queue.launch(k, 1, 1, [out, np.int32(1)])
+    assert err.value.errc is Errc.INVALID_ARGUMENT and "takes 3" in str(err.value)
+    with pytest.raises(OffloadError) as err:
+        queue.launch(k, 1, 1, [out, np.int64(1), np.int32(0)])
+    assert err.value.errc is Errc.INVALID_ARGUMENT and "expected i32" in str(err.value)
+    out.free()
+
+
+def test_kernel_from_other_device_rejected(device_pair, images):
+    a, b = device_pair
+    imgs = a._disp.conformance_images_impl(a.handle)
+    with a.load_program(imgs["kernels"]) as prog:
+        with b.create_queue() as qb:
+            with pytest.raises(OffloadError) as err:
+                qb.launch(prog.kernel("noop"), 1, 1, [])
+            assert err.value.errc is Errc.INVALID_ARGUMENT

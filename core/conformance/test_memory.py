@@ -1,0 +1,141 @@
+"""Allocation kinds, the registry (free / mem_info by pointer), memcpy and memfill."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pyoffload
+from pyoffload import AllocKind, Errc, OffloadError
+
+from ._util import read
+
+KINDS = list(AllocKind)
+
+
+def _alloc_or_skip(device, size, kind):
+    try:
+        return device.alloc(size, kind)
+    except pyoffload.UnsupportedError as exc:
+        pytest.skip(f"{device.id} does not support {kind.name}: {exc}")
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=[k.name for k in KINDS])
+def test_alloc_free_each_kind(device, kind):
+    a = _alloc_or_skip(device, 4096, kind)
+    assert a.size == 4096 and a.kind is kind and a.ptr != 0
+    assert a.device is (None if kind is AllocKind.HOST else device)
+    info = pyoffload.mem_info(a.ptr)
+    assert (info.base, info.size, info.kind) == (a.ptr, 4096, kind)
+    pyoffload.free(a.ptr)
+    assert a.freed
+    with pytest.raises(OffloadError) as err:
+        pyoffload.mem_info(a.ptr)
+    assert err.value.errc is Errc.INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=[k.name for k in KINDS])
+def test_roundtrip_each_kind(device, kind):
+    a = _alloc_or_skip(device, 1 << 16, kind)
+    data = np.random.default_rng(1).integers(0, 255, 1 << 16, dtype=np.uint8)
+    pyoffload.memcpy(a, data)
+    assert np.array_equal(read(a, np.uint8, 1 << 16), data)
+    a.free()
+
+
+@pytest.mark.parametrize("kind", [AllocKind.HOST, AllocKind.MANAGED], ids=["HOST", "MANAGED"])
+def test_host_visible_kinds_expose_memory(device, kind):
+    a = _alloc_or_skip(device, 64, kind)
+    view = a.view(np.int32)
+    view[:] = np.arange(16)
+    assert np.array_equal(read(a, np.int32, 16), np.arange(16))
+    with pytest.raises(OffloadError, match="live host view"):
+        a.free()
+    del view
+    a.free()
+
+
+def test_interior_pointer_resolves(device):
+    a = device.alloc(1000)
+    info = pyoffload.mem_info(a.ptr + 999)
+    assert info.base == a.ptr and info.offset == 999 and info.allocation is a
+    with pytest.raises(OffloadError) as err:
+        pyoffload.free(a.ptr + 8)
+    assert err.value.errc is Errc.INVALID_ARGUMENT and hex(a.ptr + 8) in str(err.value)
+    assert not a.freed
+    a.free()
+
+
+@pytest.mark.parametrize("size", [0, -1, 1.5, "8"])
+def test_bad_sizes(device, size):
+    with pytest.raises(OffloadError) as err:
+        device.alloc(size)
+    assert err.value.errc is Errc.INVALID_SIZE
+    assert repr(size) in str(err.value) or str(size) in str(err.value)
+
+
+def test_double_free_and_unknown_pointer(device):
+    a = device.alloc(64)
+    a.free()
+    with pytest.raises(OffloadError) as err:
+        a.free()
+    assert err.value.errc is Errc.INVALID_ARGUMENT and "double free" in str(err.value)
+    with pytest.raises(OffloadError) as err:
+        pyoffload.free(0x10)
+    assert err.value.errc is Errc.INVALID_ARGUMENT and "0x10" in str(err.value)
+
+
+def test_memcpy_bounds_checked_before_backend(device):
+    a = device.alloc(64)
+    big = np.zeros(65, np.uint8)
+    with pytest.raises(OffloadError) as err:
+        pyoffload.memcpy(a, big, 65)
+    assert err.value.errc is Errc.INVALID_SIZE and "65" in str(err.value)
+    with pytest.raises(OffloadError) as err:
+        pyoffload.memcpy(big, a.ptr + 32, 40)
+    assert err.value.errc is Errc.INVALID_SIZE
+    a.free()
+
+
+def test_memcpy_device_to_device_same_device(device):
+    data = np.arange(256, dtype=np.int32)
+    a, b = device.alloc(data.nbytes), device.alloc(data.nbytes)
+    pyoffload.memcpy(a, data)
+    pyoffload.memcpy(b.ptr + 512, a.ptr, 512)
+    pyoffload.memcpy(b, a, 512)
+    assert np.array_equal(read(b, np.int32, 256), np.concatenate([data[:128], data[:128]]))
+    a.free()
+    b.free()
+
+
+@pytest.mark.parametrize("pattern", [b"\xab", np.uint16(0xBEEF), np.uint32(0xDEADBEEF),
+                                     np.uint64(0x0123456789ABCDEF), b"abc"], ids=["1", "2", "4", "8", "3"])
+def test_memfill_patterns(device, pattern):
+    pat = bytes(pattern) if isinstance(pattern, bytes) else pattern.tobytes()
+    size = len(pat) * 100
+    a = device.alloc(size + 8)
+    pyoffload.memfill(a, b"\x00", size + 8)
+    pyoffload.memfill(a, pattern, size)
+    got = read(a, np.uint8, size + 8).tobytes()
+    assert got[:size] == pat * 100
+    assert got[size:] == b"\x00" * 8
+    a.free()
+
+
+def test_memfill_rejects_ragged_size(device):
+    a = device.alloc(64)
+    with pytest.raises(OffloadError) as err:
+        pyoffload.memfill(a, np.uint32(1), 6)
+    assert err.value.errc is Errc.INVALID_SIZE
+    a.free()
+
+
+def test_memcpy_queue_ordered(device, queue):
+    data = np.arange(1024, dtype=np.float32)
+    a = device.alloc(data.nbytes)
+    out = np.zeros_like(data)
+    queue.memcpy(a, data)
+    ev = queue.memcpy(out, a)
+    ev.wait()
+    assert np.array_equal(out, data)
+    a.free()

@@ -1,0 +1,124 @@
+"""The conformance suite's pytest plugin: ``pytest -p pyoffload.testing --pyargs pyoffload.conformance``.
+
+* ``device``: every device discovered (ids like ``host-0``, ``opencl-portable-computing-cpu-0``),
+  so the one suite runs against every installed backend, third-party ones included.
+* ``device_pair``: two devices of one platform (skipped where there are none).
+* ``images``: the backend's conformance programs (``conformance_images_impl``).
+* Known failures (``known_failures_impl``, after UR's ``UUR_KNOWN_FAILURE_ON``) are skips with
+  the reason, listed at the end; ``PYOFFLOAD_RUN_KNOWN_FAILURES=1`` runs them anyway.
+* The run ends with a per-device table of passed / skipped / failed tests.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import os
+from typing import Any
+
+import pytest
+
+_results: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+_known: list[tuple[str, str, str]] = []
+_device_of: dict[str, str] = {}
+
+
+def _devices() -> list[Any]:
+    import pyoffload
+
+    return pyoffload.devices()
+
+
+def _pairs() -> list[tuple[Any, Any]]:
+    pairs = []
+    for a, b in itertools.permutations(_devices(), 2):
+        if a.platform is b.platform and a.index < b.index:
+            pairs.append((a, b))
+    return pairs
+
+
+def _cross() -> list[tuple[Any, Any]]:
+    """One device of each non-host backend paired with the host device."""
+    import pyoffload
+
+    host = pyoffload.host_device()
+    seen, out = set(), []
+    for d in _devices():
+        if d is not host and d.backend not in seen:
+            seen.add(d.backend)
+            out.append((d, host))
+    return out
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "device" in metafunc.fixturenames:
+        devs = _devices()
+        metafunc.parametrize("device", devs, ids=[d.id for d in devs])
+    if "device_pair" in metafunc.fixturenames:
+        pairs = _pairs()
+        metafunc.parametrize("device_pair", pairs or [pytest.param(None, marks=pytest.mark.skip(
+            reason="needs two devices of one platform"))], ids=[f"{a.id}+{b.index}" for a, b in pairs] or ["none"])
+    if "cross_pair" in metafunc.fixturenames:
+        pairs = _cross()
+        metafunc.parametrize("cross_pair", pairs or [pytest.param(None, marks=pytest.mark.skip(
+            reason="needs a non-host backend"))], ids=[f"{a.id}+{b.id}" for a, b in pairs] or ["none"])
+
+
+def _item_device(item: pytest.Item) -> Any:
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    for key in ("device", "device_pair", "cross_pair"):
+        value = params.get(key)
+        if value is not None:
+            return value[0] if isinstance(value, tuple) else value
+    return None
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    device = _item_device(item)
+    if device is None:
+        return
+    _device_of[item.nodeid] = device.id
+    known = device._disp.known_failures_impl(device.handle) or {}
+    name = getattr(item, "originalname", item.name)
+    reason = known.get(name)
+    if reason and os.environ.get("PYOFFLOAD_RUN_KNOWN_FAILURES", "") in ("", "0"):
+        _known.append((device.id, name, reason))
+        pytest.skip(f"known failure on {device.id}: {reason}")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    dev = _device_of.get(report.nodeid, "(no device)")
+    if report.when == "call" or (report.when == "setup" and report.outcome != "passed") or (
+        report.when == "teardown" and report.outcome == "failed"
+    ):
+        _results[dev][report.outcome] += 1
+
+
+@pytest.fixture
+def images(device: Any) -> dict[str, bytes]:
+    imgs = device._disp.conformance_images_impl(device.handle)
+    if not imgs:
+        pytest.skip(f"backend {device.backend!r} provides no conformance images")
+    return imgs
+
+
+@pytest.fixture
+def queue(device: Any) -> Any:
+    q = device.create_queue()
+    yield q
+    if q._live:
+        q.destroy()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not _results:
+        return
+    tr = terminalreporter
+    tr.section("pyoffload conformance by device")
+    tr.write_line(f"{'device':<44} {'passed':>7} {'skipped':>8} {'failed':>7}")
+    for dev, counts in sorted(_results.items()):
+        tr.write_line(f"{dev:<44} {counts['passed']:>7} {counts['skipped']:>8} {counts['failed']:>7}")
+    if _known:
+        tr.write_line("known failures (skipped; PYOFFLOAD_RUN_KNOWN_FAILURES=1 runs them):")
+        for dev, name, reason in _known:
+            tr.write_line(f"  {dev}: {name}: {reason}")
