@@ -24,6 +24,13 @@ CUDA_ERROR_NO_DEVICE = 100
 # The driver API headers pycuda includes (GL interop is not enabled in this build).
 HEADERS = ("cuda.h", "cudaProfiler.h")
 ENTRY_POINT = re.compile(r"\bCUresult\s+(cu\w+)\s*\(")
+# Callers print these strings, so they must be valid even when nothing else works.
+SPECIAL = {
+    "cuGetErrorString": 'int cuGetErrorString(int e, const char **s) '
+                        '{ if (s) *s = "no CUDA driver (link-time stand-in)"; return 0; }',
+    "cuGetErrorName": 'int cuGetErrorName(int e, const char **s) '
+                      '{ if (s) *s = "CUDA_ERROR_NO_DEVICE"; return 0; }',
+}
 
 
 def driver_entry_points(cuda_root: str) -> list[str]:
@@ -44,7 +51,7 @@ def main() -> int:
     with open(out, "w") as f:
         f.write("/* Link-time stand-in for libcuda.so.1: every entry point reports no device. */\n")
         for name in names:
-            f.write(f"int {name}(void) {{ return {CUDA_ERROR_NO_DEVICE}; }}\n")
+            f.write(SPECIAL.get(name, f"int {name}(void) {{ return {CUDA_ERROR_NO_DEVICE}; }}") + "\n")
     print(f"{len(names)} driver entry points -> {out}")
     return 0
 
