@@ -24,6 +24,20 @@ from . import svm
 from .handles import OclKernel, OclQueue
 
 _C1 = svm._C1
+_from_address = _C1.from_address
+
+# pyopencl and numpy, bound on first use: this module must import without them.
+_cl: Any = None
+_generic: Any = None
+
+
+def _bind() -> None:
+    global _cl, _generic
+    import numpy as np
+    import pyopencl as cl
+
+    _generic = np.generic
+    _cl = cl
 
 
 def _setters(cl_kernel: Any) -> tuple[Callable[[int, Any], None], Callable[[int, Any], None]]:
@@ -34,23 +48,23 @@ def _setters(cl_kernel: Any) -> tuple[Callable[[int, Any], None], Callable[[int,
 
 def set_args(kernel: OclKernel, cl_kernel: Any, args: tuple[Any, ...]) -> None:
     """Set the caller's arguments on ``cl_kernel`` (the hidden state parameter is already set)."""
-    import numpy as np
-    import pyopencl as cl
-
+    if _cl is None:
+        _bind()
+    cl = _cl
     if len(args) != kernel.num_params:
         raise InvalidArgumentError(
             f"kernel {kernel.name!r} takes {kernel.num_params} arguments, got {len(args)}"
         )
     set_buf, set_svm = _setters(cl_kernel)
     svm_tag = cl.SVM
-    from_address = _C1.from_address
+    from_address = _from_address
     for i, arg in enumerate(args):
         if type(arg) is int:
             if arg:
                 set_svm(i, svm_tag(from_address(arg)))
             else:
                 cl_kernel.set_arg(i, None)  # NULL pointer
-        elif isinstance(arg, np.generic):
+        elif isinstance(arg, _generic):
             set_buf(i, arg)
         elif isinstance(arg, LocalMemory):
             cl_kernel.set_arg(i, cl.LocalMemory(arg.size))
@@ -81,13 +95,13 @@ def ndrange(grid: tuple[int, int, int], block: tuple[int, int, int]) -> tuple[tu
 
 
 def launch(queue: OclQueue | None, kernel: OclKernel, grid, block, args) -> Any:
-    import pyopencl as cl
-
+    if _cl is None:
+        _bind()
     cl_queue = queue.cl_queue if queue is not None else kernel.program.context.internal_queue(kernel.program.device)
-    gws, lws = ndrange(grid, block)
+    gws = (grid[0] * block[0], grid[1] * block[1], grid[2] * block[2])
     with kernel.lock:
         set_args(kernel, kernel.cl_kernel, args)
-        event = cl.enqueue_nd_range_kernel(cl_queue, kernel.cl_kernel, gws, lws)
+        event = _cl.enqueue_nd_range_kernel(cl_queue, kernel.cl_kernel, gws, block)
     if queue is None:
         event.wait()
         return None

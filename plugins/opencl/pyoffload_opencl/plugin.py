@@ -27,7 +27,7 @@ from pyoffload.backend import (
 )
 
 from . import events, images, launch, signature, state, svm
-from .errors import driver_call
+from .errors import driver_call, translate
 from .handles import SVM_FINE_GRAIN_SYSTEM, OclContext, OclDevice, OclKernel, OclProgram, OclQueue
 
 # --------------------------------------------------------------------------------------------
@@ -35,6 +35,12 @@ from .handles import SVM_FINE_GRAIN_SYSTEM, OclContext, OclDevice, OclKernel, Oc
 # --------------------------------------------------------------------------------------------
 
 _DEVICES: list[OclDevice] = []
+
+
+def _is_cl_error(exc: BaseException) -> bool:
+    import pyopencl as cl
+
+    return isinstance(exc, cl.Error)
 
 
 def _device_type(cl_type: int) -> DeviceType:
@@ -395,8 +401,12 @@ def queue_query_impl(device: OclDevice, queue: OclQueue) -> bool:
 
 @hookimpl
 def launch_impl(device: OclDevice, queue: OclQueue | None, kernel: OclKernel, grid: tuple[int, int, int], block: tuple[int, int, int], args: tuple[Any, ...]) -> Any:
-    with driver_call(f"launching {kernel.name!r}"):
+    try:
         return launch.launch(queue, kernel, grid, block, args)
+    except Exception as exc:  # hot path: no context manager on success
+        if _is_cl_error(exc):
+            raise translate(exc, f"launching {kernel.name!r}") from exc
+        raise
 
 
 @hookimpl

@@ -1,0 +1,97 @@
+"""Run the unit tests and the conformance matrix; print a table per row and a total line.
+
+Rows: unit tests; conformance on host only; OpenCL with one PoCL device; OpenCL with two PoCL
+devices; the CUDA and AMDGPU backends against their driver-level fakes.  A row fails if pytest
+fails, if it ran no test, or if the backend it is about contributed no device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFORMANCE = ["-p", "pyoffload.testing", "--pyargs", "pyoffload.conformance"]
+
+
+def rows() -> list[tuple[str, dict[str, str], list[str], str | None]]:
+    """(name, extra environment, pytest arguments, backend whose devices must appear)."""
+    plugin_tests = [str(p) for p in sorted((ROOT / "plugins").glob("*/tests")) if p.is_dir()]
+    out: list[tuple[str, dict[str, str], list[str], str | None]] = [
+        ("unit", {"POCL_DEVICES": "pthread pthread"}, [str(ROOT / "tests"), *plugin_tests], None),
+        ("host", {"PYOFFLOAD_PLUGINS": ""}, CONFORMANCE, "host"),
+    ]
+    plugins = {p.name for p in (ROOT / "plugins").iterdir() if (p / "pyproject.toml").exists()}
+    if "opencl" in plugins:
+        out.append(("opencl-1dev", {"PYOFFLOAD_PLUGINS": "opencl", "POCL_DEVICES": "pthread"}, CONFORMANCE, "opencl"))
+        out.append(("opencl-2dev", {"PYOFFLOAD_PLUGINS": "opencl", "POCL_DEVICES": "pthread pthread"}, CONFORMANCE, "opencl"))
+    if "cuda" in plugins:
+        out.append(("cuda-fake", {"PYOFFLOAD_PLUGINS": "cuda", "PYOFFLOAD_CUDA_DRIVER": "fake"}, CONFORMANCE, "cuda"))
+    if "amdgpu" in plugins:
+        out.append(("amdgpu-fake", {"PYOFFLOAD_PLUGINS": "amdgpu", "PYOFFLOAD_AMDGPU_DRIVER": "fake"}, CONFORMANCE, "amdgpu"))
+    return out
+
+
+def count(junit: Path, backend: str | None) -> dict[str, int]:
+    counts = {"passed": 0, "failed": 0, "skipped": 0, "backend_tests": 0}
+    if not junit.exists():
+        return counts
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        tags = {child.tag for child in case}
+        if "failure" in tags or "error" in tags:
+            counts["failed"] += 1
+        elif "skipped" in tags:
+            counts["skipped"] += 1
+        else:
+            counts["passed"] += 1
+        name = case.get("name", "")
+        if backend and f"[{backend}-" in name and "skipped" not in tags:
+            counts["backend_tests"] += 1
+    return counts
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--only", nargs="*", help="run only these rows")
+    args, extra = parser.parse_known_args()
+    results = []
+    ok = True
+    with tempfile.TemporaryDirectory(prefix="pyoffload-matrix-") as tmp:
+        for name, env_extra, pytest_args, backend in rows():
+            if args.only and name not in args.only:
+                continue
+            junit = Path(tmp) / f"{name}.xml"
+            env = dict(os.environ, **env_extra)
+            cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}",
+                   *pytest_args, *extra]
+            print(f"\n=== row {name}: {' '.join(f'{k}={v!r}' for k, v in env_extra.items())}", flush=True)
+            rc = subprocess.run(cmd, cwd=tempfile.gettempdir() if pytest_args is CONFORMANCE else ROOT, env=env).returncode
+            c = count(junit, backend)
+            total = c["passed"] + c["failed"] + c["skipped"]
+            problem = ""
+            if rc not in (0,):
+                problem = f"pytest exit status {rc}"
+            elif total == 0:
+                problem = "no tests ran"
+            elif backend and backend != "host" and c["backend_tests"] == 0:
+                problem = f"backend {backend!r} contributed no device"
+            ok = ok and not problem
+            results.append((name, c, problem))
+    print("\npyoffload test matrix")
+    print(f"{'row':<14} {'passed':>7} {'skipped':>8} {'failed':>7}  problem")
+    for name, c, problem in results:
+        print(f"{name:<14} {c['passed']:>7} {c['skipped']:>8} {c['failed']:>7}  {problem}")
+    passed = sum(c["passed"] for _, c, _ in results)
+    failed = sum(c["failed"] for _, c, _ in results)
+    skipped = sum(c["skipped"] for _, c, _ in results)
+    print(f"matrix: {passed} passed, {failed} failed, {skipped} skipped")
+    return 0 if ok and passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

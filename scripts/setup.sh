@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Set up everything pyoffload needs on a fresh Debian machine, idempotently:
+# system packages (PoCL, OpenCL loader, a C compiler, clang/lld for amdgcn images),
+# a virtual environment at .venv with pyoffload, its test tools and every plugin in plugins/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+for pkg in pocl-opencl-icd ocl-icd-libopencl1 ocl-icd-opencl-dev clinfo gcc clang-15 lld-15 llvm-15; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
+done
+if [ ${#need_apt[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+. .venv/bin/activate
+python -m pip install -q --upgrade pip >/dev/null
+python -m pip install -q -e ".[test]"
+
+# Each plugin is its own distribution; a plugin may ship tools/setup.sh for what pip cannot do.
+for plugin in plugins/*/; do
+  [ -f "$plugin/pyproject.toml" ] || continue
+  if [ -x "$plugin/tools/setup.sh" ]; then
+    "$plugin/tools/setup.sh"
+  fi
+  python -m pip install -q -e "$plugin"
+done

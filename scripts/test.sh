@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The whole test suite: set up, then the unit tests and the conformance matrix (one row per
+# backend configuration), ending with a per-row table and a total line.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+. .venv/bin/activate
+python scripts/matrix.py "$@"
