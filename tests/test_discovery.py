@@ -1,0 +1,130 @@
+"""Plugin discovery: allow-list, device selector, and broken plugins installed for real."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import pyoffload
+
+BROKEN = {
+    # name: (distribution, module source)
+    "importfails": ("pyoffload-importfails", "raise ImportError('vendor library libnothing.so not found')\n"),
+    "initraises": ("pyoffload-initraises", textwrap.dedent("""
+        from pyoffload.backend import hookimpl
+        @hookimpl
+        def init_impl():
+            raise RuntimeError('driver exploded during init')
+    """)),
+    "badsig": ("pyoffload-badsig", textwrap.dedent("""
+        from pyoffload.backend import hookimpl
+        @hookimpl
+        def data_alloc_impl(context, device, size, kind, alignment):
+            return 0
+    """)),
+    "nodevs": ("pyoffload-nodevs", textwrap.dedent("""
+        from pyoffload.backend import hookimpl, NoDevicesError
+        @hookimpl
+        def init_impl():
+            raise NoDevicesError('cuInit failed: no CUDA-capable device is detected')
+    """)),
+}
+
+
+def _make_dist(root: Path, dist: str, module: str, ep_name: str, source: str) -> Path:
+    proj = root / f"src-{dist}-{module}"
+    proj.mkdir()
+    (proj / f"{module}.py").write_text(source)
+    (proj / "pyproject.toml").write_text(textwrap.dedent(f"""
+        [build-system]
+        requires = ["setuptools"]
+        build-backend = "setuptools.build_meta"
+        [project]
+        name = "{dist}"
+        version = "1.0"
+        [tool.setuptools]
+        py-modules = ["{module}"]
+        [project.entry-points."pyoffload.plugins"]
+        {ep_name} = "{module}"
+    """))
+    return proj
+
+
+@pytest.fixture(scope="module")
+def broken_site(tmp_path_factory):
+    root = tmp_path_factory.mktemp("broken-plugins")
+    target = root / "site"
+    projects = [_make_dist(root, dist, f"pyoffload_{name}", name, src) for name, (dist, src) in BROKEN.items()]
+    # two distributions claiming the backend name "twin"
+    ok_src = "from pyoffload.backend import hookimpl, NoDevicesError\n"
+    projects.append(_make_dist(root, "pyoffload-twin-a", "twin_a", "twin", ok_src))
+    projects.append(_make_dist(root, "pyoffload-twin-b", "twin_b", "twin", ok_src))
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                    "--target", str(target), *map(str, projects)], check=True)
+    return target
+
+
+def _reports(site: Path, **env: str) -> list[dict]:
+    code = textwrap.dedent("""
+        import json, pyoffload, numpy as np
+        dev = pyoffload.host_device()
+        a = dev.alloc(64); pyoffload.memcpy(a, np.arange(16, dtype=np.int32)); a.free()
+        print(json.dumps([r.__dict__ for r in pyoffload.plugins()]))
+    """)
+    full_env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]), **env)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full_env)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_broken_plugins_are_reported_and_skipped(broken_site):
+    reports = {(r["name"], r["distribution"]): r for r in _reports(broken_site)}
+    imp = reports[("importfails", "pyoffload-importfails")]
+    assert imp["status"] == "failed" and "libnothing.so" in imp["reason"]
+    init = reports[("initraises", "pyoffload-initraises")]
+    assert init["status"] == "failed" and "driver exploded" in init["reason"]
+    bad = reports[("badsig", "pyoffload-badsig")]
+    assert bad["status"] == "failed" and "alignment" in bad["reason"]
+    nodev = reports[("nodevs", "pyoffload-nodevs")]
+    assert nodev["status"] == "no devices" and "no CUDA-capable device" in nodev["reason"]
+    twins = [r for (name, _), r in reports.items() if name == "twin"]
+    assert len(twins) == 2 and all(r["status"] == "conflict" for r in twins)
+    assert "pyoffload-twin-a" in twins[0]["reason"] and "pyoffload-twin-b" in twins[0]["reason"]
+    assert reports[("host", "pyoffload")]["status"] == "ok"
+
+
+def test_allow_list_disables_the_rest(broken_site):
+    reports = {r["name"]: r for r in _reports(broken_site, PYOFFLOAD_PLUGINS="nodevs")}
+    assert reports["nodevs"]["status"] == "no devices"
+    assert reports["importfails"]["status"] == "disabled"
+    assert reports["host"]["status"] == "ok"
+
+
+def test_cli_plugins_shows_reasons(broken_site):
+    env = dict(os.environ, PYTHONPATH=str(broken_site))
+    out = subprocess.run([sys.executable, "-m", "pyoffload.cli", "plugins"], capture_output=True, text=True,
+                         env=env, check=True).stdout
+    assert "no devices: cuInit failed" in out
+    assert "failed: import failed" in out
+
+
+def test_device_selector(fresh_runtime, monkeypatch):
+    monkeypatch.setenv("PYOFFLOAD_DEVICES", "nosuchbackend:0")
+    fresh_runtime()
+    assert [d.backend for d in pyoffload.devices()] == ["host"] or all(
+        d.backend == "host" for d in pyoffload.devices())
+
+
+def test_device_selector_rejects_garbage(fresh_runtime, monkeypatch):
+    monkeypatch.setenv("PYOFFLOAD_DEVICES", "opencl:zero")
+    fresh_runtime()
+    with pytest.raises(pyoffload.OffloadError) as err:
+        pyoffload.devices()
+    assert err.value.errc is pyoffload.Errc.INVALID_VALUE and "opencl:zero" in str(err.value)
+    monkeypatch.delenv("PYOFFLOAD_DEVICES")
