@@ -389,6 +389,8 @@ def memory_connection(a: Any, b: Any) -> MemoryConnection:
         if da is db or host_a or host_b:
             return MemoryConnection.UNIFIED
         return MemoryConnection.MIGRATABLE
+    if da is not None and db is not None and da.host_memory and db.host_memory:
+        return MemoryConnection.UNIFIED  # the host's own memory, whatever the context
     return MemoryConnection.NONE
 
 
