@@ -1,0 +1,98 @@
+"""Generic memory machinery on the host device: pool OOM retry, tracking, interval map."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import pyoffload
+from pyoffload import AllocKind, Errc, OffloadError, OutOfResourcesError, runtime
+from pyoffload.intervals import IntervalMap
+
+from faults import FaultPlugin, install
+
+
+def test_pool_is_emptied_and_the_allocation_retried_on_oom(host):
+    small = [host.alloc(64) for _ in range(4)]
+    for a in small:
+        a.free()
+    pool = host.default_context._pools[id(host)]
+    assert pool.cached_bytes == 4 * 64
+    plugin = FaultPlugin("data_alloc_impl", nth=1, exc=OutOfResourcesError("device memory exhausted"))
+    factory = install(plugin)
+    try:
+        big = host.alloc(1 << 20)
+    finally:
+        runtime.remove_wrapper(factory)
+    assert plugin.fired == 1 and plugin.calls == 2, "no retry after the pool was emptied"
+    assert pool.cached_bytes == 0
+    big.free()
+
+
+def test_oom_with_empty_pool_is_reported(host):
+    host.default_context._pools.get(id(host)) and host.default_context._pools[id(host)].release_all()
+    plugin = FaultPlugin("data_alloc_impl", nth=1, exc=OutOfResourcesError("device memory exhausted"))
+    factory = install(plugin)
+    try:
+        before = len(host._rt.registry)
+        with pytest.raises(OffloadError) as err:
+            host.alloc(1 << 20)
+        assert err.value.errc is Errc.OUT_OF_RESOURCES
+        assert len(host._rt.registry) == before
+    finally:
+        runtime.remove_wrapper(factory)
+
+
+def test_free_of_the_wrong_kind(host):
+    a = host.alloc(1 << 16)
+    with pytest.raises(OffloadError) as err:
+        pyoffload.free(a.ptr, kind=AllocKind.HOST)
+    assert err.value.errc is Errc.INVALID_ARGUMENT and "DEVICE memory, not HOST" in str(err.value)
+    assert not a.freed
+    pyoffload.free(a.ptr, kind=AllocKind.DEVICE)
+
+
+def test_tracker_reports_leaks_and_origins():
+    code = textwrap.dedent("""
+        import pyoffload
+        dev = pyoffload.host_device()
+        kept = dev.alloc(1000)          # leaked on purpose
+        gone = dev.alloc(2000)
+        gone.free()
+        try:
+            gone.free()
+        except pyoffload.OffloadError as e:
+            print("DOUBLE", e)
+    """)
+    env = dict(os.environ, PYOFFLOAD_TRACK_ALLOCATIONS="1", PYOFFLOAD_PLUGINS="")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "DOUBLE" in proc.stdout and "allocated at <string>:5" in proc.stdout and "freed at <string>:6" in proc.stdout
+    assert "host-0: 2 allocations, 3000 bytes, peak 3000 bytes, min 1000 max 2000, 1 live (1000 bytes)" in proc.stderr
+    assert "leaked: 1 allocations" in proc.stderr and "<string>:4" in proc.stderr
+
+
+def test_interval_map_lookup_and_overlap():
+    m: IntervalMap[str] = IntervalMap()
+    m.insert(100, 200, "a")
+    m.insert(300, 310, "b")
+    assert m.find(100)[2] == "a" and m.find(199)[2] == "a" and m.find(200) is None
+    assert m.find(99) is None and m.find(305)[2] == "b"
+    assert [v for _, _, v in m.overlapping(150, 301)] == ["a", "b"]
+    assert m.overlapping(200, 300) == []
+    m.remove(100)
+    assert m.find(150) is None and len(m) == 1
+
+
+def test_host_copy_of_numpy_views(host):
+    a = host.alloc(4 * 100)
+    src = np.arange(200, dtype=np.int32)[::2]  # not contiguous
+    with pytest.raises(OffloadError) as err:
+        pyoffload.memcpy(a, src)
+    assert err.value.errc is Errc.INVALID_ARGUMENT and "contiguous" in str(err.value)
+    a.free()
