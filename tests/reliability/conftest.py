@@ -1,0 +1,82 @@
+"""Fixtures for the reliability tests: a runtime with the in-process twin backend next to the
+installed ones, snapshots of everything a failed call could leave behind, and device lists."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import pytest
+
+import pyoffload
+from pyoffload import discovery, runtime
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))  # tests/: faults.py
+
+import twin_backend  # noqa: E402
+
+
+def _with_twin(original: Any) -> Any:
+    def entry_points() -> list[tuple[str, str, str, Any]]:
+        return [*original(), (twin_backend.NAME, "pyoffload-reliability-twin", "0", twin_backend)]
+
+    return entry_points
+
+
+@pytest.fixture(scope="module")
+def twin_runtime():
+    """Restart pyoffload with the twin backend registered for the whole module."""
+    if runtime.is_initialised():
+        pyoffload.shutdown()
+    mp = pytest.MonkeyPatch()
+    mp.setattr(discovery, "_entry_points", _with_twin(discovery._entry_points))
+    rt = runtime.current()
+    assert any(d.backend == twin_backend.NAME for d in rt.devices), [r.line() for r in rt.reports]
+    yield rt
+    mp.undo()
+    if runtime.is_initialised():
+        pyoffload.shutdown()
+
+
+def pinned_sizes(rt: Any) -> tuple[int, ...]:
+    out = []
+    for d in rt.devices:
+        pins = d.__dict__.get("_pins")
+        out.append(len(pins.by_host) if pins is not None else 0)
+        if pins is not None:
+            assert len(pins.by_host) == len(pins.by_dev), f"pinned maps of {d.id} disagree"
+    return tuple(out)
+
+
+def snapshot(rt: Any) -> dict[str, Any]:
+    """Everything a call could create: compared before and after a failing call."""
+    return {
+        "registry": len(rt.registry),
+        "pinned": pinned_sizes(rt),
+        "programs": len(rt.programs),
+        "queues": len(rt.queues),
+        "contexts": len(rt.contexts),
+        "context_allocs": sum(len(c._allocs) for c in rt.contexts),
+        "live_allocs": sum(1 for _, _, a in rt.registry if a._live),
+    }
+
+
+def check_registry(rt: Any) -> None:
+    """The registry is well formed: no overlaps, every entry live, keyed by its own base and size,
+    and each context's own list agrees with it."""
+    prev_end = -1
+    seen = set()
+    for base, end, alloc in rt.registry:
+        assert base >= prev_end, f"registry entries overlap at 0x{base:x}"
+        prev_end = end
+        assert alloc._live, f"freed {alloc!r} still registered"
+        assert alloc.ptr == base and alloc.size == end - base, alloc
+        assert alloc.context._allocs.get(base) is alloc, f"{alloc!r} missing from its context"
+        seen.add(id(alloc))
+    for ctx in rt.contexts:
+        for ptr, alloc in ctx._allocs.items():
+            assert id(alloc) in seen and alloc._live, f"{ctx!r} holds unregistered {alloc!r}"
+    pinned_sizes(rt)
