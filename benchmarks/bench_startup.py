@@ -1,0 +1,127 @@
+"""6. ``import pyoffload`` + discovery, cold, in a fresh process; 7. one dispatch with and
+without the tracing wrapper.
+
+Startup is timed inside each fresh interpreter (from before the import to after
+``pyoffload.devices()``), so the interpreter's own start is not charged to pyoffload.  The
+baseline is the vendor binding's own discovery in a fresh process (``import pyopencl`` and list
+every platform's devices).  The slowest imports of one run (``-X importtime``) are kept in the JSON
+so a missed target says where the time goes.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Any
+
+from _env import Target as Dev
+from _stats import Figure, Target, measure, us
+
+OURS = (
+    "import time; t=time.perf_counter(); import pyoffload; a=time.perf_counter(); "
+    "pyoffload.devices(); b=time.perf_counter(); print((a-t)*1e3, (b-t)*1e3)"
+)
+RAW = (
+    "import time; t=time.perf_counter(); import pyopencl as cl; "
+    "[p.get_devices() for p in cl.get_platforms()]; b=time.perf_counter(); print(0, (b-t)*1e3)"
+)
+
+
+def _fresh(code: str, env: dict[str, str] | None = None, *flags: str) -> tuple[float, float, str]:
+    res = subprocess.run([sys.executable, *flags, "-c", code], capture_output=True, text=True,
+                         env=env or os.environ.copy(), check=True)
+    imp, total = (float(x) for x in res.stdout.split()[-2:])
+    return imp, total, res.stderr
+
+
+def _importtime_top(k: int = 12) -> list[tuple[str, float]]:
+    """The ``k`` largest cumulative import times (ms) in one cold ``import pyoffload; devices()``."""
+    _, _, err = _fresh(OURS, None, "-X", "importtime")
+    rows = []
+    for line in err.splitlines():
+        if not line.startswith("import time:") or "|" not in line:
+            continue
+        parts = line[len("import time:"):].split("|")
+        try:
+            rows.append((parts[2].rstrip(), int(parts[1]) / 1e3))
+        except ValueError:
+            continue
+    top = [(name.strip(), ms) for name, ms in rows if not name.startswith("   ")]  # top-level only
+    return sorted(top, key=lambda r: -r[1])[:k]
+
+
+def startup(devs: list[Dev], cfg: Any) -> list[Figure]:
+    reps = 3 if cfg.quick else 7
+    imp, total, raw = [], [], []
+    has_opencl = any(d.backend == "opencl" for d in devs)
+    for _ in range(reps):
+        i, t, _ = _fresh(OURS)
+        imp.append(i)
+        total.append(t)
+        if has_opencl:
+            raw.append(_fresh(RAW)[1])
+    backends = ", ".join(sorted({d.backend for d in devs}))
+    figs = [
+        Figure("startup", "import pyoffload (cold, fresh process)", "all", "", "ms", imp),
+        Figure("startup", f"import pyoffload + devices() (cold; backends: {backends})", "all", "", "ms", total,
+               "import pyopencl + list devices (fresh process)" if raw else "", raw or None,
+               Target("value", "<=", 150.0, "≤ 150 ms"), extra={"importtime_top_ms": _importtime_top()}),
+    ]
+    return figs
+
+
+def dispatch(devs: list[Dev], cfg: Any) -> list[Figure]:
+    """queue_query_impl: the backend's function itself, through the dispatcher, through pluggy,
+    and through the dispatcher with the tracing wrapper registered."""
+    from pyoffload import runtime
+    from pyoffload.tracing import TracingPlugin
+
+    figs = []
+    for d in devs:
+        dev = d.device
+        q = dev.create_queue()
+        dh, qh = dev.handle, q.handle
+        hook = dev._backend.pm.hook.queue_query_impl
+        impl = [i for i in hook.get_hookimpls() if not (i.wrapper or i.hookwrapper)][-1].function
+        disp = dev._disp
+
+        def direct(n: int) -> None:
+            for _ in range(n):
+                impl(dh, qh)
+
+        def dispatched(n: int) -> None:
+            f = disp.queue_query_impl
+            for _ in range(n):
+                f(dh, qh)
+
+        def pluggy_call(n: int) -> None:
+            for _ in range(n):
+                hook(device=dh, queue=qh)
+
+        def public(n: int) -> None:
+            for _ in range(n):
+                q.query()
+
+        n = cfg.n(20000)
+        t = measure({"direct": direct, "dispatched": dispatched, "pluggy": pluggy_call, "public": public},
+                    n, cfg.repeats)
+        runtime.add_wrapper(TracingPlugin)
+        try:
+            traced = measure({"traced": dispatched, "direct": direct}, n // 4, cfg.repeats)
+        finally:
+            runtime.remove_wrapper(TracingPlugin)
+        base = "the backend's queue_query_impl called directly"
+        b = d.backend
+        figs += [
+            Figure("dispatch", "one dispatch (device._disp.queue_query_impl)", b, "", "us", us(t["dispatched"]),
+                   base, us(t["direct"])),
+            Figure("dispatch", "one pluggy hook call (pm.hook.queue_query_impl)", b, "", "us", us(t["pluggy"]),
+                   base, us(t["direct"])),
+            Figure("dispatch", "public Queue.query()", b, "", "us", us(t["public"]), base, us(t["direct"])),
+            Figure("dispatch", "one dispatch, tracing wrapper on", b, "", "us", us(traced["traced"]),
+                   base, us(traced["direct"]),
+                   note="tracing logs through structlog at DEBUG; no handler is configured"),
+        ]
+        q.destroy()
+    return figs
