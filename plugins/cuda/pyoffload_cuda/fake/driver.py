@@ -1,0 +1,1051 @@
+"""A driver-level fake of ``pycuda.driver`` (after grunnur's MockPyCUDA).
+
+A :class:`FakeDriver` instance has the attributes of the ``pycuda.driver`` module that
+pyoffload-cuda uses, with the same call signatures (a test checks both against the real
+module), and behaves as the driver does where the plugin could get it wrong:
+
+* contexts: one primary context per device, retained and detached; a per-thread stack of
+  current contexts; every call that needs a current context fails without one; objects are
+  tied to the context that made them and using them under another one fails
+  ("wrong-context");
+* memory: device addresses in reserved address space backed by host bytes, so copies round-trip;
+  pinned, mapped and managed host memory at real host addresses; every pointer is resolved, so
+  a use after free, an out-of-bounds range or an unknown pointer is an error, as is device
+  memory of another device without peer access;
+* work on streams runs lazily, when something synchronises with it (a stream, event or context
+  synchronisation, a query, or a synchronous copy), in the order it was enqueued: a plugin that
+  forgets to wait sees stale memory, as it could on a GPU;
+* modules are read from the real image (cubin symbol table, PTX declarations, fatbin entries):
+  a kernel or global that the image lacks is "named symbol not found"; globals live in device
+  memory with the image's initial values; known conformance kernels run as Python emulations
+  (:mod:`.kernels`), other launches are recorded in ``launches``;
+* a kernel's bad memory access is sticky, as CUDA_ERROR_ILLEGAL_ADDRESS is: the context fails
+  every later call;
+* leaks: when a primary context is released, whatever still lives in it (allocations, modules,
+  pinned ranges, streams, events) is reported in ``leaks`` and warned about.
+
+Every misuse is also appended to ``violations`` as ``(kind, message)`` so tests can assert on it.
+
+Configuration (read by :meth:`FakeDriver.from_environment`): ``PYOFFLOAD_CUDA_FAKE_DEVICES``
+(default 2), ``PYOFFLOAD_CUDA_FAKE_ARCH`` (default ``sm_80``), ``PYOFFLOAD_CUDA_FAKE_MEMORY``
+(bytes per device, default 1 GiB), ``PYOFFLOAD_CUDA_FAKE_PEER`` (``1``: devices can access each
+other, the default).
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import os
+import struct
+import threading
+import time
+import warnings
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..images import ImageFormat, ImageSymbols, InvalidBinaryError, detect_format, fatbin_entries, image_symbols
+from ..images import cubin_symbols, ptx_symbols
+from . import kernels as emu
+from .memory import Access, MemoryMap, Region, address_space, region_view
+
+# cuGetErrorString() texts, as pycuda puts them in its messages.
+INVALID_VALUE = "invalid argument"
+INVALID_CONTEXT = "invalid device context"
+INVALID_HANDLE = "invalid resource handle"
+NOT_INITIALIZED = "initialization error"
+OUT_OF_MEMORY = "out of memory"
+INVALID_IMAGE = "device kernel image is invalid"
+NO_BINARY = "no kernel image is available for execution on the device"
+PTX_JIT = "a PTX JIT compilation failed"
+NOT_FOUND = "named symbol not found"
+ILLEGAL_ADDRESS = "an illegal memory access was encountered"
+NOT_READY = "device not ready"
+ALREADY_MAPPED = "part or all of the requested memory range is already mapped"
+NOT_REGISTERED = "pointer does not correspond to a registered memory region"
+PEER_UNSUPPORTED = "peer access is not supported between these two devices"
+PEER_ENABLED = "peer access is already enabled"
+PEER_NOT_ENABLED = "peer access has not been enabled"
+INVALID_DEVICE = "invalid device ordinal"
+
+MAX_THREADS_PER_BLOCK = 1024
+MAX_BLOCK = (1024, 1024, 64)
+MAX_GRID = (2**31 - 1, 65535, 65535)
+MAX_SHARED_PER_BLOCK = 48 * 1024
+
+
+class FakeDriverWarning(UserWarning):
+    """Leaks found when a fake primary context is released."""
+
+
+class _Flags:
+    def __init__(self, name: str, **values: int) -> None:
+        self._name = name
+        for k, v in values.items():
+            setattr(self, k, v)
+
+    def __repr__(self) -> str:
+        return f"<fake {self._name}>"
+
+
+# The CUdevice_attribute values the plugin reads (same numbers as cuda.h).
+DEVICE_ATTRIBUTES = {
+    "MAX_THREADS_PER_BLOCK": 1,
+    "MAX_SHARED_MEMORY_PER_BLOCK": 8,
+    "WARP_SIZE": 10,
+    "MULTIPROCESSOR_COUNT": 16,
+    "CAN_MAP_HOST_MEMORY": 19,
+    "PCI_BUS_ID": 33,
+    "UNIFIED_ADDRESSING": 41,
+    "MANAGED_MEMORY": 83,
+    "CONCURRENT_MANAGED_ACCESS": 89,
+}
+
+
+class FakeDriver:
+    """One fake driver instance: its own devices, contexts and memory map."""
+
+    def __init__(self, devices: int = 2, arch: str = "sm_80", memory: int = 1 << 30, peer: bool = True,
+                 driver_version: int = 13000) -> None:
+        if devices < 0:
+            raise ValueError("devices must be >= 0")
+        self.n_devices = devices
+        self.sm = int(arch.removeprefix("sm_"))
+        self.memory_per_device = memory
+        self.peer = peer
+        self.driver_version = driver_version
+        self.lock = threading.RLock()
+        self.memory = MemoryMap()
+        self.initialised = False
+        self.violations: list[tuple[str, str]] = []
+        self.leaks: list[str] = []
+        self.launches: list[tuple[str, tuple[int, int, int], tuple[int, int, int], tuple[Any, ...]]] = []
+        self.calls: set[str] = set()  # driver entry points used (for the report of what ran)
+        self._tls = threading.local()
+        self._contexts: dict[int, Any] = {}
+        self._seq = itertools.count(1)
+        self._pending: list[tuple[int, Any, Callable[[], None]]] = []  # (seq, context, op)
+        self._done_seq = 0
+        self._used = [0] * devices
+        self._build_namespace()
+
+    @classmethod
+    def from_environment(cls) -> FakeDriver:
+        env = os.environ
+        return cls(
+            devices=int(env.get("PYOFFLOAD_CUDA_FAKE_DEVICES", "2")),
+            arch=env.get("PYOFFLOAD_CUDA_FAKE_ARCH", "sm_80"),
+            memory=int(env.get("PYOFFLOAD_CUDA_FAKE_MEMORY", str(1 << 30))),
+            peer=env.get("PYOFFLOAD_CUDA_FAKE_PEER", "1") not in ("0", ""),
+        )
+
+    # ------------------------------------------------------------------------------------
+    # Errors and bookkeeping
+    # ------------------------------------------------------------------------------------
+
+    def _build_namespace(self) -> None:
+        drv = self
+
+        class Error(Exception):
+            pass
+
+        class MemoryError(Error):  # noqa: A001 - the pycuda name
+            pass
+
+        class LogicError(Error):
+            pass
+
+        class LaunchError(Error):
+            pass
+
+        class RuntimeError(Error):  # noqa: A001 - the pycuda name
+            pass
+
+        self.Error, self.MemoryError, self.LogicError = Error, MemoryError, LogicError
+        self.LaunchError, self.RuntimeError = LaunchError, RuntimeError
+        self.device_attribute = _Flags("device_attribute", **DEVICE_ATTRIBUTES)
+        self.host_alloc_flags = _Flags("host_alloc_flags", PORTABLE=1, DEVICEMAP=2, WRITECOMBINED=4)
+        self.mem_host_register_flags = _Flags("mem_host_register_flags", PORTABLE=1, DEVICEMAP=2)
+        self.mem_attach_flags = _Flags("mem_attach_flags", GLOBAL=1, HOST=2, SINGLE=4)
+        self.event_flags = _Flags("event_flags", DEFAULT=0, BLOCKING_SYNC=1, DISABLE_TIMING=2, INTERPROCESS=4)
+        # Classes bound to this driver instance.
+        self.Device = type("Device", (_Device,), {"_drv": drv})
+        self.Context = type("Context", (_Context,), {"_drv": drv})
+        self.Stream = type("Stream", (_Stream,), {"_drv": drv})
+        self.Event = type("Event", (_Event,), {"_drv": drv})
+        self.Module = type("Module", (_Module,), {"_drv": drv})
+        self.Function = type("Function", (_Function,), {"_drv": drv})
+        self.DeviceAllocation = type("DeviceAllocation", (_DeviceAllocation,), {"_drv": drv})
+        self.ManagedAllocation = type("ManagedAllocation", (_ManagedAllocation, self.DeviceAllocation), {"_drv": drv})
+        self.HostAllocation = type("HostAllocation", (_HostAllocation,), {"_drv": drv})
+        self.PagelockedHostAllocation = self.HostAllocation
+        self.RegisteredHostMemory = type("RegisteredHostMemory", (_RegisteredHostMemory,), {"_drv": drv})
+
+    def fail(self, cls: type[Exception], routine: str, text: str, detail: str = "",
+             violation: str | None = None) -> Exception:
+        """An exception as pycuda formats it: ``<routine> failed: <text>[ - <detail>]``."""
+        message = f"{routine} failed: {text}" + (f" - fake driver: {detail}" if detail else "")
+        if violation:
+            self.violations.append((violation, message))
+        return cls(message)
+
+    def _use(self, routine: str) -> None:
+        self.calls.add(routine)
+
+    def _require_init(self, routine: str) -> None:
+        self._use(routine)
+        if not self.initialised:
+            raise self.fail(self.LogicError, routine, NOT_INITIALIZED, "cuInit was not called", "no-init")
+
+    def _stack(self) -> list[Any]:
+        stack = getattr(self._tls, "stack", None)
+        if stack is None:
+            stack = self._tls.stack = []
+        return stack
+
+    def current(self, routine: str) -> Any:
+        """The current context, which must exist and be healthy."""
+        self._require_init(routine)
+        stack = self._stack()
+        if not stack:
+            raise self.fail(self.LogicError, routine, INVALID_CONTEXT, "no context is current", "no-context")
+        ctx = stack[-1]
+        ctx.check(routine)
+        return ctx
+
+    def _check_same(self, routine: str, obj: Any, ctx: Any, what: str) -> None:
+        if obj._ctx is not ctx:
+            raise self.fail(self.LogicError, routine, INVALID_HANDLE,
+                            f"{what} belongs to {obj._ctx!r} but {ctx!r} is current", "wrong-context")
+
+    def resolve(self, routine: str, addr: Any, size: int, ctx: Any | None = None,
+                error: str = INVALID_VALUE) -> tuple[Region, int]:
+        """Resolve a device-accessible pointer or raise as the driver would."""
+        try:
+            region, offset = self.memory.resolve(int(addr), size)
+        except Access as exc:
+            raise self.fail(self.LogicError, routine, error, str(exc), exc.kind) from None
+        if ctx is not None and not self.reachable(ctx, region):
+            raise self.fail(self.LogicError, routine, error,
+                            f"0x{int(addr):x} is {region.describe()}, not reachable from {ctx!r}", "wrong-context")
+        return region, offset
+
+    def reachable(self, ctx: Any, region: Region) -> bool:
+        if not region.on_device:  # pinned/mapped/managed host memory: every device
+            return True
+        return region.context is ctx or region.context.device_index in ctx.peers
+
+    # ------------------------------------------------------------------------------------
+    # Lazy stream work
+    # ------------------------------------------------------------------------------------
+
+    def enqueue(self, ctx: Any, op: Callable[[], None]) -> int:
+        with self.lock:
+            seq = next(self._seq)
+            self._pending.append((seq, ctx, op))
+            return seq
+
+    def drain(self, upto: int | None = None) -> None:
+        """Run pending work in order, up to and including ``upto`` (all when ``None``)."""
+        with self.lock:
+            while self._pending and (upto is None or self._pending[0][0] <= upto):
+                seq, ctx, op = self._pending.pop(0)
+                if ctx.sticky is None and ctx.alive:
+                    try:
+                        op()
+                    except emu.IllegalAddress as exc:
+                        ctx.sticky = self.fail(self.LogicError, "cuCtxSynchronize", ILLEGAL_ADDRESS,
+                                               str(exc), "illegal-address")
+                self._done_seq = seq
+
+    def completed(self, seq: int) -> bool:
+        return seq <= self._done_seq
+
+    # ------------------------------------------------------------------------------------
+    # Module-level functions of pycuda.driver
+    # ------------------------------------------------------------------------------------
+
+    def init(self, flags: int = 0) -> None:
+        self._use("cuInit")
+        if self.n_devices == 0:
+            raise self.fail(self.RuntimeError, "cuInit", "no CUDA-capable device is detected")
+        self.initialised = True
+
+    def get_version(self) -> tuple[int, int, int]:
+        return (self.driver_version // 1000, self.driver_version % 1000 // 10, 0)
+
+    def get_driver_version(self) -> int:
+        self._use("cuDriverGetVersion")
+        return self.driver_version
+
+    def mem_alloc(self, size: int) -> Any:
+        routine = "cuMemAlloc"
+        with self.lock:
+            ctx = self.current(routine)
+            size = int(size)
+            if size <= 0:
+                raise self.fail(self.LogicError, routine, INVALID_VALUE, f"size {size}", "bad-size")
+            dev = ctx.device_index
+            if self._used[dev] + size > self.memory_per_device:
+                raise self.fail(self.MemoryError, routine, OUT_OF_MEMORY)
+            base = address_space().take(size)
+            region = Region(base, size, "device", ctx, data=bytearray(size))
+            self.memory.add(region)
+            self._used[dev] += size
+            return self.DeviceAllocation(region)
+
+    def _release_region(self, region: Region) -> None:
+        with self.lock:
+            self.memory.remove(region)
+            if region.on_device:
+                self._used[region.context.device_index] -= region.size
+
+    def _host_region(self, routine: str, nbytes: int, kind: str, ctx: Any, owner: Any) -> Region:
+        # Page-aligned host memory, as cuMemHostAlloc / cuMemAllocManaged return.
+        raw = np.zeros(nbytes + 4096, np.uint8)
+        offset = (-raw.ctypes.data) % 4096
+        buf = raw[offset : offset + nbytes]
+        region = Region(int(buf.ctypes.data), nbytes, kind, ctx, keepalive=buf)
+        self.memory.add(region)
+        return region
+
+    def _empty(self, routine: str, cls: type, shape: Any, dtype: Any, order: str, mem_flags: int,
+               kind: str) -> np.ndarray:
+        with self.lock:
+            ctx = self.current(routine)
+            dt = np.dtype(dtype)
+            count = int(np.prod(shape)) if not isinstance(shape, int) else shape
+            nbytes = max(count * dt.itemsize, 1)
+            region = self._host_region(routine, nbytes, kind, ctx, None)
+            holder = cls(region, mem_flags)
+            return holder._array(shape, dt, order)
+
+    def pagelocked_empty(self, shape: Any, dtype: Any, order: str = "C", mem_flags: int = 0) -> np.ndarray:
+        return self._empty("cuMemHostAlloc", self.HostAllocation, shape, dtype, order, mem_flags, "host")
+
+    def managed_empty(self, shape: Any, dtype: Any, order: str = "C", mem_flags: int = 0) -> np.ndarray:
+        return self._empty("cuMemAllocManaged", self.ManagedAllocation, shape, dtype, order, mem_flags, "managed")
+
+    def register_host_memory(self, ary: Any, flags: int = 0) -> np.ndarray:
+        routine = "cuMemHostRegister"
+        with self.lock:
+            ctx = self.current(routine)
+            if not isinstance(ary, np.ndarray):
+                raise self.fail(self.LogicError, "register_host_memory", INVALID_VALUE,
+                                "ary argument is not a numpy array", "bad-argument")
+            if not ary.flags.c_contiguous:
+                raise self.fail(self.LogicError, "register_host_memory", INVALID_VALUE,
+                                "ary argument is not contiguous", "bad-argument")
+            base, size = int(ary.ctypes.data), int(ary.nbytes)
+            if address_space().contains(base):
+                raise self.fail(self.LogicError, routine, INVALID_VALUE, "that is device memory", "bad-argument")
+            clash = self.memory.find_live(base, size)
+            if clash is not None:
+                raise self.fail(self.LogicError, routine, ALREADY_MAPPED, clash.describe(), "double-register")
+            region = Region(base, size, "registered", ctx, keepalive=ary)
+            self.memory.add(region)
+            holder = self.RegisteredHostMemory(region, flags)
+            return holder._array(ary.shape, ary.dtype, "C")
+
+    # -- copies and fills -------------------------------------------------------------------
+
+    def _stream_ctx(self, routine: str, stream: Any, ctx: Any) -> None:
+        if stream is not None:
+            if not isinstance(stream, _Stream):
+                raise TypeError(f"{routine}: stream must be a Stream, got {type(stream).__name__}")
+            stream._check_alive(routine)
+            self._check_same(routine, stream, ctx, "the stream")
+
+    def _submit(self, routine: str, ctx: Any, stream: Any, op: Callable[[], None], sync: bool) -> None:
+        """Enqueue ``op``; a synchronous call (legacy stream semantics) waits for all earlier
+        work of the context first and completes before returning."""
+        if sync:
+            self.drain()
+            ctx.check(routine)
+            op()
+        else:
+            self.enqueue(ctx, op)
+
+    @staticmethod
+    def _host_bytes(buf: Any, routine: str, writable: bool) -> memoryview:
+        mv = memoryview(buf)
+        if not mv.contiguous:
+            raise TypeError(f"{routine}: host buffer must be contiguous")
+        if writable and mv.readonly:
+            raise TypeError(f"{routine}: host buffer is read-only")
+        return mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
+
+    def _htod(self, routine: str, dest: Any, src: Any, stream: Any, sync: bool) -> None:
+        with self.lock:
+            ctx = self.current(routine)
+            self._stream_ctx(routine, stream, ctx)
+            data = bytes(self._host_bytes(src, routine, False))  # staged at the call
+            region, off = self.resolve(routine, dest, len(data))
+
+            def op() -> None:
+                region_view(region, off, len(data))[:] = data
+
+            self._submit(routine, ctx, stream, op, sync)
+
+    def _dtoh(self, routine: str, dest: Any, src: Any, stream: Any, sync: bool) -> None:
+        with self.lock:
+            ctx = self.current(routine)
+            self._stream_ctx(routine, stream, ctx)
+            view = self._host_bytes(dest, routine, True)
+            region, off = self.resolve(routine, src, view.nbytes)
+
+            def op() -> None:
+                view[:] = region_view(region, off, view.nbytes)
+
+            self._submit(routine, ctx, stream, op, sync)
+
+    def _dtod(self, routine: str, dest: Any, src: Any, size: int, stream: Any, sync: bool,
+              dest_context: Any = None, src_context: Any = None) -> None:
+        with self.lock:
+            ctx = self.current(routine)
+            self._stream_ctx(routine, stream, ctx)
+            size = int(size)
+            d_region, d_off = self.resolve(routine, dest, size)
+            s_region, s_off = self.resolve(routine, src, size)
+            for region, given, what in ((d_region, dest_context, "dest"), (s_region, src_context, "src")):
+                if given is not None and region.on_device and region.context is not given:
+                    raise self.fail(self.LogicError, routine, INVALID_VALUE,
+                                    f"{what} is {region.describe()}, not memory of {given!r}", "wrong-context")
+
+            def op() -> None:
+                region_view(d_region, d_off, size)[:] = bytes(region_view(s_region, s_off, size))
+
+            self._submit(routine, ctx, stream, op, sync)
+
+    def memcpy_htod(self, dest: Any, src: Any) -> None:
+        self._htod("cuMemcpyHtoD", dest, src, None, True)
+
+    def memcpy_htod_async(self, dest: Any, src: Any, stream: Any = None) -> None:
+        self._htod("cuMemcpyHtoDAsync", dest, src, stream, False)
+
+    def memcpy_dtoh(self, dest: Any, src: Any) -> None:
+        self._dtoh("cuMemcpyDtoH", dest, src, None, True)
+
+    def memcpy_dtoh_async(self, dest: Any, src: Any, stream: Any = None) -> None:
+        self._dtoh("cuMemcpyDtoHAsync", dest, src, stream, False)
+
+    def memcpy_dtod(self, dest: Any, src: Any, size: int) -> None:
+        self._dtod("cuMemcpyDtoD", dest, src, size, None, True)
+
+    def memcpy_dtod_async(self, dest: Any, src: Any, size: int, stream: Any = None) -> None:
+        self._dtod("cuMemcpyDtoDAsync", dest, src, size, stream, False)
+
+    def memcpy_peer(self, dest: Any, src: Any, size: int, dest_context: Any = None, src_context: Any = None) -> None:
+        self._dtod("cuMemcpyPeer", dest, src, size, None, True, dest_context, src_context)
+
+    def memcpy_peer_async(self, dest: Any, src: Any, size: int, dest_context: Any = None,
+                          src_context: Any = None, stream: Any = None) -> None:
+        self._dtod("cuMemcpyPeerAsync", dest, src, size, stream, False, dest_context, src_context)
+
+    def _memset(self, width: int, dest: Any, data: int, size: int, stream: Any, sync: bool) -> None:
+        routine = f"cuMemsetD{8 * width}" + ("" if sync else "Async")
+        with self.lock:
+            ctx = self.current(routine)
+            self._stream_ctx(routine, stream, ctx)
+            if int(dest) % width:
+                raise self.fail(self.LogicError, routine, INVALID_VALUE,
+                                f"0x{int(dest):x} is not {width}-byte aligned", "misaligned")
+            nbytes = int(size) * width
+            region, off = self.resolve(routine, dest, nbytes)
+            fill = int(data).to_bytes(width, "little") * int(size)
+
+            def op() -> None:
+                region_view(region, off, nbytes)[:] = fill
+
+            self._submit(routine, ctx, stream, op, sync)
+
+    def memset_d8(self, dest: Any, data: int, size: int) -> None:
+        self._memset(1, dest, data, size, None, True)
+
+    def memset_d16(self, dest: Any, data: int, size: int) -> None:
+        self._memset(2, dest, data, size, None, True)
+
+    def memset_d32(self, dest: Any, data: int, size: int) -> None:
+        self._memset(4, dest, data, size, None, True)
+
+    def memset_d8_async(self, dest: Any, data: int, size: int, stream: Any = None) -> None:
+        self._memset(1, dest, data, size, stream, False)
+
+    def memset_d16_async(self, dest: Any, data: int, size: int, stream: Any = None) -> None:
+        self._memset(2, dest, data, size, stream, False)
+
+    def memset_d32_async(self, dest: Any, data: int, size: int, stream: Any = None) -> None:
+        self._memset(4, dest, data, size, stream, False)
+
+    # -- modules ------------------------------------------------------------------------------
+
+    def _pick_symbols(self, image: bytes) -> ImageSymbols:
+        """Read the image as the driver would choose from it for this device."""
+        routine = "cuModuleLoadDataEx"
+        try:
+            fmt = detect_format(image)
+        except InvalidBinaryError as exc:
+            raise self.fail(self.LogicError, routine, INVALID_IMAGE, str(exc), "invalid-image") from None
+        try:
+            if fmt is ImageFormat.CUBIN:
+                syms = cubin_symbols(image)
+                self._check_cubin_arch(syms.arch)
+                return syms
+            if fmt is ImageFormat.PTX:
+                return self._check_ptx(ptx_symbols(image))
+            entries = fatbin_entries(image)
+        except InvalidBinaryError as exc:
+            raise self.fail(self.LogicError, routine, INVALID_IMAGE, str(exc), "invalid-image") from None
+        for entry in entries:  # machine code for this GPU first, then PTX to JIT
+            if entry.kind == "cubin" and entry.payload is not None and entry.arch // 10 == self.sm // 10 \
+                    and entry.arch <= self.sm:
+                return cubin_symbols(entry.payload)
+        for entry in entries:
+            if entry.kind == "ptx" and entry.payload is not None and entry.arch <= self.sm:
+                return ptx_symbols(entry.payload)
+        raise self.fail(self.RuntimeError, routine, NO_BINARY,
+                        f"no readable entry for sm_{self.sm} (compressed entries cannot be read by the fake)")
+
+    def _check_cubin_arch(self, arch: str | None) -> None:
+        sm = int(arch.removeprefix("sm_")) if arch else self.sm
+        if sm // 10 != self.sm // 10 or sm > self.sm:
+            raise self.fail(self.RuntimeError, "cuModuleLoadDataEx", NO_BINARY, f"cubin for {arch}, device is sm_{self.sm}")
+
+    def _check_ptx(self, syms: ImageSymbols) -> ImageSymbols:
+        sm = int(syms.arch.removeprefix("sm_").rstrip("af")) if syms.arch else 0
+        if sm > self.sm:
+            raise self.fail(self.LogicError, "cuModuleLoadDataEx", PTX_JIT,
+                            f"ptxas fatal: SM version specified by .target ({syms.arch}) is higher "
+                            f"than the device's (sm_{self.sm})")
+        return syms
+
+    def module_from_buffer(self, buffer: Any, options: Any = None, message_handler: Any = None) -> Any:
+        routine = "cuModuleLoadDataEx"
+        with self.lock:
+            ctx = self.current(routine)
+            image = bytes(memoryview(buffer).cast("B"))
+            try:
+                syms = self._pick_symbols(image)
+            except self.Error as exc:
+                if message_handler is not None:
+                    message_handler(False, "", str(exc))
+                raise
+            module = self.Module(ctx, syms)
+            if message_handler is not None:
+                message_handler(True, "fake driver: module loaded", "")
+            return module
+
+    def finish(self) -> None:
+        """Called by the plugin at deinit: every context should have been released."""
+        with self.lock:
+            for ctx in self._contexts.values():
+                if ctx.alive:
+                    self._report_leaks(ctx, "still retained at deinit")
+
+    def _report_leaks(self, ctx: Any, when: str) -> None:
+        gc.collect()  # pycuda frees what nobody references; cycles are collected first
+        found = [r.describe() for r in self.memory.live() if r.context is ctx and r.kind != "global"]
+        found += [f"{type(o).__name__} {o!r}" for o in list(ctx.objects)]
+        for item in found:
+            message = f"{ctx!r} {when}: {item} was never released"
+            self.leaks.append(message)
+            warnings.warn(message, FakeDriverWarning, stacklevel=3)
+
+
+# ------------------------------------------------------------------------------------------
+# Classes (each FakeDriver makes subclasses bound to itself as ``_drv``)
+# ------------------------------------------------------------------------------------------
+
+
+class _Device:
+    _drv: FakeDriver
+
+    def __init__(self, ordinal: int) -> None:
+        drv = self._drv
+        drv._require_init("cuDeviceGet")
+        if not 0 <= int(ordinal) < drv.n_devices:
+            raise drv.fail(drv.LogicError, "cuDeviceGet", INVALID_DEVICE, f"ordinal {ordinal}")
+        self.ordinal = int(ordinal)
+
+    @classmethod
+    def count(cls) -> int:
+        cls._drv._require_init("cuDeviceGetCount")
+        return cls._drv.n_devices
+
+    def name(self) -> str:
+        return f"Fake CUDA Device {self.ordinal} (sm_{self._drv.sm})"
+
+    def pci_bus_id(self) -> str:
+        return f"0000:{self.ordinal + 1:02x}:00.0"
+
+    def compute_capability(self) -> tuple[int, int]:
+        return (self._drv.sm // 10, self._drv.sm % 10)
+
+    def total_memory(self) -> int:
+        return self._drv.memory_per_device
+
+    def get_attribute(self, attr: int) -> int:
+        values = {1: MAX_THREADS_PER_BLOCK, 8: MAX_SHARED_PER_BLOCK, 10: 32, 16: 108, 19: 1,
+                  33: self.ordinal + 1, 41: 1, 83: 1, 89: 1}
+        if int(attr) not in values:
+            raise self._drv.fail(self._drv.LogicError, "cuDeviceGetAttribute", INVALID_VALUE, f"attribute {attr}")
+        return values[int(attr)]
+
+    def can_access_peer(self, dev: Any) -> bool:
+        return self._drv.peer and dev.ordinal != self.ordinal
+
+    def retain_primary_context(self) -> Any:
+        drv = self._drv
+        with drv.lock:
+            drv._use("cuDevicePrimaryCtxRetain")
+            ctx = drv._contexts.get(self.ordinal)
+            if ctx is None or not ctx.alive:
+                ctx = drv.Context(self.ordinal)
+                drv._contexts[self.ordinal] = ctx
+            ctx.retains += 1
+            return ctx
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Device) and other.ordinal == self.ordinal
+
+    def __hash__(self) -> int:
+        return hash(self.ordinal)
+
+
+class _Context:
+    _drv: FakeDriver
+
+    def __init__(self, device_index: int) -> None:
+        self.device_index = device_index
+        self.retains = 0
+        self.alive = True
+        self.sticky: Exception | None = None
+        self.peers: set[int] = set()
+        self.objects: weakref.WeakSet[Any] = weakref.WeakSet()  # streams, events, modules
+
+    def __repr__(self) -> str:
+        return f"<fake primary context of device {self.device_index}{'' if self.alive else ' (released)'}>"
+
+    def check(self, routine: str) -> None:
+        drv = self._drv
+        if not self.alive:
+            raise drv.fail(drv.LogicError, routine, INVALID_CONTEXT, f"{self!r} was released", "dead-context")
+        if self.sticky is not None:
+            raise type(self.sticky)(f"{routine} failed: {ILLEGAL_ADDRESS} (earlier: {self.sticky})")
+
+    def push(self) -> None:
+        drv = self._drv
+        drv._use("cuCtxPushCurrent")
+        if not self.alive:
+            raise drv.fail(drv.LogicError, "cuCtxPushCurrent", INVALID_CONTEXT, f"{self!r} was released", "dead-context")
+        drv._stack().append(self)
+
+    @classmethod
+    def pop(cls) -> None:
+        drv = cls._drv
+        drv._use("cuCtxPopCurrent")
+        stack = drv._stack()
+        if not stack:
+            raise drv.fail(drv.LogicError, "context::pop", INVALID_CONTEXT, "cannot pop non-current context", "no-context")
+        stack.pop()
+
+    @classmethod
+    def get_current(cls) -> Any:
+        stack = cls._drv._stack()
+        return stack[-1] if stack else None
+
+    @classmethod
+    def synchronize(cls) -> None:
+        drv = cls._drv
+        with drv.lock:
+            ctx = drv.current("cuCtxSynchronize")
+            drv.drain()
+            ctx.check("cuCtxSynchronize")
+
+    @classmethod
+    def enable_peer_access(cls, peer: Any, flags: int = 0) -> None:
+        drv = cls._drv
+        with drv.lock:
+            ctx = drv.current("cuCtxEnablePeerAccess")
+            if not drv.peer or peer.device_index == ctx.device_index:
+                raise drv.fail(drv.LogicError, "cuCtxEnablePeerAccess", PEER_UNSUPPORTED)
+            if peer.device_index in ctx.peers:
+                raise drv.fail(drv.LogicError, "cuCtxEnablePeerAccess", PEER_ENABLED)
+            ctx.peers.add(peer.device_index)
+
+    @classmethod
+    def disable_peer_access(cls, peer: Any) -> None:
+        drv = cls._drv
+        with drv.lock:
+            ctx = drv.current("cuCtxDisablePeerAccess")
+            if peer.device_index not in ctx.peers:
+                raise drv.fail(drv.LogicError, "cuCtxDisablePeerAccess", PEER_NOT_ENABLED)
+            ctx.peers.discard(peer.device_index)
+
+    def detach(self) -> None:
+        drv = self._drv
+        with drv.lock:
+            drv._use("cuDevicePrimaryCtxRelease")
+            if not self.alive or self.retains <= 0:
+                raise drv.fail(drv.LogicError, "cuDevicePrimaryCtxRelease", INVALID_CONTEXT, "not retained", "dead-context")
+            if self in drv._stack():
+                raise drv.fail(drv.LogicError, "cuDevicePrimaryCtxRelease", INVALID_CONTEXT,
+                               "released while current on this thread", "dead-context")
+            self.retains -= 1
+            if self.retains == 0:
+                drv.drain()
+                drv._report_leaks(self, "released")
+                self.alive = False
+                self.peers.clear()
+
+
+class _Stream:
+    _drv: FakeDriver
+
+    def __init__(self, flags: int = 0) -> None:
+        drv = self._drv
+        with drv.lock:
+            self._ctx = drv.current("cuStreamCreate")
+            self._ctx.objects.add(self)
+
+    def _check_alive(self, routine: str) -> None:
+        self._ctx.check(routine)
+
+    def synchronize(self) -> None:
+        drv = self._drv
+        with drv.lock:
+            drv._use("cuStreamSynchronize")
+            self._ctx.check("cuStreamSynchronize")
+            drv.drain()
+            self._ctx.check("cuStreamSynchronize")
+
+    def is_done(self) -> bool:
+        drv = self._drv
+        with drv.lock:
+            drv._use("cuStreamQuery")
+            self._ctx.check("cuStreamQuery")
+            drv.drain()  # the GPU makes progress on its own
+            self._ctx.check("cuStreamQuery")
+            return True
+
+
+class _Event:
+    _drv: FakeDriver
+
+    def __init__(self, flags: int = 0) -> None:
+        drv = self._drv
+        with drv.lock:
+            self._ctx = drv.current("cuEventCreate")
+            self._ctx.objects.add(self)
+        self.flags = int(flags)
+        self._seq: int | None = None
+        self._time: float | None = None
+
+    def record(self, stream: Any = None) -> Any:
+        drv = self._drv
+        routine = "cuEventRecord"
+        with drv.lock:
+            ctx = drv.current(routine)
+            self._check_ctx(routine, ctx)
+            drv._stream_ctx(routine, stream, ctx)
+            self._time = None
+
+            def op() -> None:
+                self._time = time.perf_counter()
+
+            self._seq = drv.enqueue(ctx, op)
+        return self
+
+    def _check_ctx(self, routine: str, ctx: Any) -> None:
+        self._drv._check_same(routine, self, ctx, "the event")
+
+    def synchronize(self) -> Any:
+        drv = self._drv
+        with drv.lock:
+            drv._use("cuEventSynchronize")
+            self._ctx.check("cuEventSynchronize")
+            if self._seq is not None:
+                drv.drain(self._seq)
+            self._ctx.check("cuEventSynchronize")
+        return self
+
+    def query(self) -> bool:
+        drv = self._drv
+        with drv.lock:
+            drv._use("cuEventQuery")
+            self._ctx.check("cuEventQuery")
+            if self._seq is not None:
+                drv.drain(self._seq)  # progress, as on a GPU
+            return True
+
+    def time_till(self, event: Any) -> float:
+        drv = self._drv
+        routine = "cuEventElapsedTime"
+        with drv.lock:
+            drv._use(routine)
+            for ev in (self, event):
+                if ev.flags & drv.event_flags.DISABLE_TIMING:
+                    raise drv.fail(drv.LogicError, routine, INVALID_HANDLE, "event created with DISABLE_TIMING",
+                                   "no-timing")
+                if ev._seq is None or not drv.completed(ev._seq) or ev._time is None:
+                    raise drv.fail(drv.LogicError, routine, NOT_READY, "event not completed")
+            return (event._time - self._time) * 1000.0
+
+    def time_since(self, event: Any) -> float:
+        return event.time_till(self)
+
+
+class _DeviceAllocation:
+    _drv: FakeDriver
+
+    def __init__(self, region: Region) -> None:
+        self._region = region
+        self._valid = True
+
+    def __int__(self) -> int:
+        return self._region.base
+
+    __index__ = __int__
+
+    def free(self) -> None:
+        drv = self._drv
+        if not self._valid:
+            raise drv.fail(drv.LogicError, "device_allocation::free", INVALID_HANDLE, "already freed", "double-free")
+        drv._use("cuMemFree")
+        self._valid = False
+        drv._release_region(self._region)
+
+    def __del__(self) -> None:
+        # pycuda frees an allocation nobody references any more.
+        try:
+            if self._valid:
+                self.free()
+        except Exception:
+            pass
+
+
+class _HostMemory:
+    """Shared part of the host allocations: numpy arrays are made over them with this object
+    as their ``base``, as pycuda does."""
+
+    _drv: FakeDriver
+    _free_routine = "cuMemFreeHost"
+
+    def __init__(self, region: Region, flags: int) -> None:
+        self._region = region
+        self._flags = int(flags)
+        self._valid = True
+
+    def _array(self, shape: Any, dtype: np.dtype, order: str) -> np.ndarray:
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        self.__array_interface__ = {"shape": shape, "typestr": dtype.str, "version": 3,
+                                    "data": (self._region.base, False)}
+        return np.asarray(self, order=order)
+
+    def get_device_pointer(self) -> int:
+        drv = self._drv
+        drv._use("cuMemHostGetDevicePointer")
+        if not self._valid:
+            raise drv.fail(drv.LogicError, "cuMemHostGetDevicePointer", INVALID_VALUE, "freed", "use-after-free")
+        return self._region.base  # unified addressing: the host address
+
+    def _release(self, routine: str) -> None:
+        drv = self._drv
+        if not self._valid:
+            raise drv.fail(drv.LogicError, routine, INVALID_HANDLE, "already released", "double-free")
+        drv._use(routine)
+        self._valid = False
+        drv._release_region(self._region)
+
+    def free(self) -> None:
+        self._release(self._free_routine)
+
+    def __del__(self) -> None:
+        try:
+            if self._valid:
+                self._release(self._free_routine)
+        except Exception:
+            pass
+
+
+class _HostAllocation(_HostMemory):
+    def get_flags(self) -> int:
+        return self._flags
+
+
+class _ManagedAllocation(_HostMemory):
+    _free_routine = "cuMemFree"
+
+    def __int__(self) -> int:
+        return self._region.base
+
+    __index__ = __int__
+
+
+class _RegisteredHostMemory(_HostMemory):
+    _free_routine = "cuMemHostUnregister"
+
+    def unregister(self) -> None:
+        self._release("cuMemHostUnregister")
+
+    def free(self) -> None:  # pragma: no cover - pycuda's name is unregister()
+        raise AttributeError("RegisteredHostMemory has unregister(), not free()")
+
+
+class _Module:
+    _drv: FakeDriver
+
+    def __init__(self, ctx: Any, symbols: ImageSymbols) -> None:
+        drv = self._drv
+        self._ctx = ctx
+        self._symbols = symbols
+        self._globals: dict[str, Region] = {}
+        for g in symbols.globals.values():
+            size = max(g.size, 1)
+            region = Region(address_space().take(size), g.size, "global", ctx,
+                            data=bytearray(g.init.ljust(size, b"\0")[:size]))
+            drv.memory.add(region)
+            self._globals[g.name] = region
+        ctx.objects.add(self)
+        drv._use("cuModuleLoadDataEx")
+
+    def get_function(self, name: str) -> Any:
+        drv = self._drv
+        drv._use("cuModuleGetFunction")
+        self._ctx.check("cuModuleGetFunction")
+        if name not in self._symbols.kernels:
+            raise drv.fail(drv.LogicError, "cuModuleGetFunction", NOT_FOUND, repr(name))
+        return drv.Function(self, name)
+
+    def get_global(self, name: str) -> tuple[int, int]:
+        drv = self._drv
+        drv._use("cuModuleGetGlobal")
+        self._ctx.check("cuModuleGetGlobal")
+        region = self._globals.get(name)
+        if region is None:
+            raise drv.fail(drv.LogicError, "cuModuleGetGlobal", NOT_FOUND, repr(name))
+        return region.base, region.size
+
+    def __del__(self) -> None:
+        # cuModuleUnload: the module's globals go with it.
+        try:
+            drv = self._drv
+            with drv.lock:
+                for region in self._globals.values():
+                    if not region.freed:
+                        drv.memory.remove(region)
+                self._globals = {}
+        except Exception:
+            pass
+
+
+class _Function:
+    _drv: FakeDriver
+
+    def __init__(self, module: Any, name: str) -> None:
+        self.module = module  # pycuda keeps the module alive as long as its functions
+        self.name = name
+        self.param_sizes = module._symbols.kernels[name]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        """pycuda's ``Function.__call__(*args, grid=(1, 1), stream=None, block=..., shared=0)``."""
+        grid = kwargs.pop("grid", (1, 1))
+        stream = kwargs.pop("stream", None)
+        block = kwargs.pop("block", None)
+        shared = kwargs.pop("shared", 0)
+        kwargs.pop("texrefs", None)
+        if kwargs.pop("time_kernel", False):
+            raise NotImplementedError("fake driver: time_kernel")
+        if kwargs:
+            raise ValueError("extra keyword arguments: %s" % (",".join(kwargs.keys())))
+        if block is None:
+            raise ValueError("must specify block size")
+        values = []
+        fmt = ""
+        for i, arg in enumerate(args):  # as pycuda's _build_arg_buf
+            if isinstance(arg, np.number):
+                values.append(arg)
+                fmt += arg.dtype.char
+            elif isinstance(arg, _DeviceAllocation):
+                values.append(np.uint64(int(arg)))
+                fmt += "P"
+            else:
+                raise TypeError("invalid type on parameter #%d (0-based)" % i)
+        self._launch(tuple(grid), tuple(block), tuple(values), struct.calcsize(fmt) if fmt else 0, int(shared), stream)
+
+    def _launch(self, grid: tuple[int, ...], block: tuple[int, ...], args: tuple[Any, ...], arg_bytes: int,
+                shared: int, stream: Any) -> None:
+        drv = self._drv
+        routine = "cuLaunchKernel"
+        with drv.lock:
+            ctx = drv.current(routine)
+            drv._check_same(routine, self.module, ctx, f"kernel {self.name!r}")
+            drv._stream_ctx(routine, stream, ctx)
+            grid3 = tuple(grid) + (1,) * (3 - len(grid))
+            block3 = tuple(block) + (1,) * (3 - len(block))
+            if any(int(g) <= 0 or int(g) > m for g, m in zip(grid3, MAX_GRID, strict=True)) or any(
+                int(b) <= 0 or int(b) > m for b, m in zip(block3, MAX_BLOCK, strict=True)
+            ) or block3[0] * block3[1] * block3[2] > MAX_THREADS_PER_BLOCK:
+                raise drv.fail(drv.LogicError, routine, INVALID_VALUE, f"grid {grid3} block {block3}", "bad-dimensions")
+            if shared > MAX_SHARED_PER_BLOCK:
+                raise drv.fail(drv.LogicError, routine, INVALID_VALUE, f"{shared} bytes of shared memory",
+                               "bad-dimensions")
+            if self.param_sizes is not None:
+                expected = _param_bytes(self.param_sizes)
+                if arg_bytes != expected:
+                    raise drv.fail(drv.LogicError, routine, INVALID_VALUE,
+                                   f"{self.name} takes {expected} bytes of parameters {self.param_sizes}, "
+                                   f"got {arg_bytes}", "argument-size")
+            drv.launches.append((self.name, grid3, block3, args))
+            globals_ = {n: r.base for n, r in self.module._globals.items()}
+            fn = emu.emulation_for(self.name, globals_)
+            if fn is None:
+                return_op: Callable[[], None] = lambda: None  # noqa: E731 - recorded only
+            else:
+                launch = emu.Launch(self.name, grid3, block3, shared, args, globals_)
+                memory = _LaunchMemory(drv, ctx)
+                module = self.module  # keep the globals alive until the launch ran
+
+                def return_op() -> None:
+                    assert module is not None
+                    fn(memory, launch)
+
+            drv._submit(routine, ctx, stream, return_op, sync=False)
+
+
+def _param_bytes(sizes: tuple[int, ...]) -> int:
+    """Bytes of a parameter list with natural alignment (CUDA's layout)."""
+    off = 0
+    for s in sizes:
+        align = min(max(s, 1), 8)
+        off = -(-off // align) * align + s
+    return off
+
+
+class _LaunchMemory(emu.Memory):
+    """Device memory as a kernel on ``ctx`` sees it: bad accesses are illegal addresses."""
+
+    def __init__(self, drv: FakeDriver, ctx: Any) -> None:
+        self.drv = drv
+        self.ctx = ctx
+
+    def _view(self, addr: int, size: int) -> memoryview:
+        try:
+            region, off = self.drv.memory.resolve(addr, size)
+        except Access as exc:
+            self.drv.violations.append((exc.kind, f"kernel access: {exc}"))
+            raise emu.IllegalAddress(str(exc)) from None
+        if not self.drv.reachable(self.ctx, region):
+            message = f"0x{addr:x} is {region.describe()}, not reachable from {self.ctx!r} (no peer access)"
+            self.drv.violations.append(("wrong-context", f"kernel access: {message}"))
+            raise emu.IllegalAddress(message)
+        return region_view(region, off, size)
+
+    def read(self, addr: int, size: int) -> bytes:
+        return bytes(self._view(addr, size))
+
+    def write(self, addr: int, data: bytes) -> None:
+        self._view(addr, len(data))[:] = data
