@@ -41,6 +41,13 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         base = r["baseline"] or "—"
         lines.append(f"| {r['suite']} | {r['name']} | {r['backend']} | {r['param']} | {val} | {base} | "
                      f"{_num(r['baseline_median'])} | {ratio} | {r['target'] or ''} | {met} |")
+    notes = [(r, r["note"]) for r in rows if r["note"]]
+    if notes:
+        lines += ["", "Notes:", ""] + [f"- {r['name']} ({r['backend']}): {n}" for r, n in notes]
+    tops = [r for r in rows if r.get("extra", {}).get("importtime_top_ms")]
+    for r in tops:
+        top = ", ".join(f"{name} {ms:.0f} ms" for name, ms in r["extra"]["importtime_top_ms"][:8])
+        lines += ["", f"Slowest imports (cumulative, -X importtime) for “{r['name']}”: {top}"]
     if meta.get("skipped"):
         lines += ["", "Not measured:", ""] + [f"- {s}" for s in meta["skipped"]]
     return "\n".join(lines) + "\n"
