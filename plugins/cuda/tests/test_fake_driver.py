@@ -1,0 +1,268 @@
+"""The fake pycuda.driver catches what a GPU driver would refuse, and what it would corrupt."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pyoffload_cuda.fake import FakeDriver, FakeDriverWarning
+
+
+@pytest.fixture
+def drv():
+    d = FakeDriver(devices=2, arch="sm_80", memory=1 << 20)
+    d.init()
+    return d
+
+
+@pytest.fixture
+def ctxs(drv):
+    c0 = drv.Device(0).retain_primary_context()
+    c1 = drv.Device(1).retain_primary_context()
+    yield c0, c1
+
+
+def kinds(drv):
+    return [k for k, _ in drv.violations]
+
+
+def test_needs_init():
+    d = FakeDriver()
+    with pytest.raises(d.LogicError, match="initialization error"):
+        d.Device.count()
+    none = FakeDriver(devices=0)
+    with pytest.raises(none.RuntimeError, match="no CUDA-capable device"):
+        none.init()
+
+
+def test_needs_a_current_context(drv, ctxs):
+    with pytest.raises(drv.LogicError, match="invalid device context"):
+        drv.mem_alloc(16)
+    assert kinds(drv) == ["no-context"]
+    ctxs[0].push()
+    assert int(drv.mem_alloc(16)) > 0
+    drv.Context.pop()
+    with pytest.raises(drv.LogicError):
+        drv.Context.pop()
+
+
+def test_copies_round_trip_and_use_after_free(drv, ctxs):
+    ctxs[0].push()
+    a = drv.mem_alloc(64)
+    drv.memcpy_htod(int(a), np.arange(16, dtype=np.int32))
+    out = np.zeros(16, np.int32)
+    drv.memcpy_dtoh(out, int(a) + 0)
+    assert list(out) == list(range(16))
+    a.free()
+    with pytest.raises(drv.LogicError, match="which was freed"):
+        drv.memcpy_dtoh(out, int(a) + 8)
+    with pytest.raises(drv.LogicError, match="invalid resource handle"):
+        a.free()
+    assert kinds(drv) == ["use-after-free", "double-free"]
+    drv.Context.pop()
+
+
+def test_out_of_bounds_and_unknown_pointers(drv, ctxs):
+    ctxs[0].push()
+    a = drv.mem_alloc(64)
+    with pytest.raises(drv.LogicError, match="runs past the end"):
+        drv.memcpy_htod(int(a) + 32, bytes(64))
+    with pytest.raises(drv.LogicError, match="not in any allocation"):
+        drv.memset_d8(12345678, 0, 4)
+    assert kinds(drv) == ["out-of-bounds", "unknown-pointer"]
+    a.free()
+    drv.Context.pop()
+
+
+def test_device_addresses_are_not_host_memory(drv, ctxs):
+    from pyoffload_cuda.fake.memory import address_space
+
+    ctxs[0].push()
+    a = drv.mem_alloc(64)
+    assert address_space().contains(int(a))
+    host = np.zeros(64, np.uint8)
+    assert not address_space().contains(host.ctypes.data)
+    with pytest.raises(drv.LogicError):
+        drv.register_host_memory(np.ctypeslib.as_array((np.ctypeslib.ctypes.c_ubyte * 64).from_address(int(a))))
+    a.free()
+    drv.Context.pop()
+
+
+def test_wrong_context_for_kernel_and_stream(drv, ctxs, built):
+    c0, c1 = ctxs
+    c0.push()
+    module = drv.module_from_buffer(built["ptx"]["kernels"])
+    noop = module.get_function("noop")
+    stream0 = drv.Stream()
+    drv.Context.pop()
+    c1.push()
+    with pytest.raises(drv.LogicError, match="invalid resource handle"):
+        noop(grid=(1, 1), block=(1, 1, 1))
+    with pytest.raises(drv.LogicError, match="invalid resource handle"):
+        drv.Event().record(stream0)
+    assert kinds(drv) == ["wrong-context", "wrong-context"]
+    drv.Context.pop()
+
+
+def test_kernel_access_to_another_device_needs_peer_access(drv, ctxs, built):
+    c0, c1 = ctxs
+    c1.push()
+    on_dev1 = drv.mem_alloc(64)
+    drv.Context.pop()
+    c0.push()
+    iota = drv.module_from_buffer(built["ptx"]["kernels"]).get_function("iota_i32")
+    drv.Context.enable_peer_access(c1)
+    iota(np.uint64(int(on_dev1)), np.int32(16), np.int32(0), grid=(1, 1), block=(16, 1, 1))
+    drv.Context.synchronize()
+    drv.Context.disable_peer_access(c1)
+    iota(np.uint64(int(on_dev1)), np.int32(16), np.int32(0), grid=(1, 1), block=(16, 1, 1))
+    with pytest.raises(drv.LogicError, match="illegal memory access"):
+        drv.Context.synchronize()
+    # The error is sticky: the context is lost, as on a GPU.
+    with pytest.raises(drv.LogicError, match="illegal memory access"):
+        drv.mem_alloc(16)
+    assert "wrong-context" in kinds(drv) and "illegal-address" in kinds(drv)
+    drv.Context.pop()
+
+
+def test_stream_work_runs_only_when_synchronised(drv, ctxs):
+    ctxs[0].push()
+    a = drv.mem_alloc(16)
+    s = drv.Stream()
+    drv.memset_d32_async(int(a), 7, 4, s)
+    peek = np.zeros(4, np.int32)
+    drv.memcpy_dtoh_async(peek, int(a), s)
+    assert list(peek) == [0, 0, 0, 0], "asynchronous work completed without synchronisation"
+    s.synchronize()
+    assert list(peek) == [7, 7, 7, 7]
+    a.free()
+    drv.Context.pop()
+
+
+def test_events_time_and_order(drv, ctxs):
+    ctxs[0].push()
+    s = drv.Stream()
+    e1, e2 = drv.Event(), drv.Event()
+    e1.record(s)
+    e2.record(s)
+    with pytest.raises(drv.LogicError, match="not ready"):
+        e1.time_till(e2)
+    e2.synchronize()
+    assert e1.time_till(e2) >= 0.0
+    untimed = drv.Event(drv.event_flags.DISABLE_TIMING).record(s).synchronize()
+    with pytest.raises(drv.LogicError):
+        e1.time_till(untimed)
+    drv.Context.pop()
+
+
+def test_modules_know_only_the_image_symbols(drv, ctxs, built):
+    ctxs[0].push()
+    for fmt in ("ptx", "cubin", "fatbin"):
+        module = drv.module_from_buffer(built[fmt]["kernels"])
+        assert module.get_function("iota_i32").name == "iota_i32"
+        with pytest.raises(drv.LogicError, match="named symbol not found"):
+            module.get_function("no_such_kernel")
+        with pytest.raises(drv.LogicError, match="named symbol not found"):
+            module.get_global("no_such_global")
+        addr, size = module.get_global("table")
+        out = np.zeros(16, np.int32)
+        drv.memcpy_dtoh(out, addr)
+        assert size == 64 and list(out) == list(range(16))
+    drv.Context.pop()
+
+
+def test_module_loading_checks_the_device(built, nvcc):
+    from pyoffload_cuda import conformance
+
+    old = FakeDriver(devices=1, arch="sm_75")
+    old.init()
+    old.Device(0).retain_primary_context().push()
+    with pytest.raises(old.RuntimeError, match="no kernel image"):
+        old.module_from_buffer(built["cubin"]["kernels"])
+    logs = []
+    with pytest.raises(old.LogicError, match="PTX JIT"):
+        old.module_from_buffer(built["ptx"]["kernels"], [], lambda ok, info, err: logs.append((ok, err)))
+    assert logs and logs[0][0] is False and "sm_80" in logs[0][1]
+    assert old.module_from_buffer(conformance.build("kernels", "ptx", 75, nvcc)).get_function("noop")
+    with pytest.raises(old.LogicError, match="image is invalid"):
+        old.module_from_buffer(b"garbage" * 10)
+    old.Context.pop()
+
+
+def test_leaks_are_reported_when_the_context_is_released(drv, ctxs, built):
+    c0, c1 = ctxs
+    c0.push()
+    kept = drv.mem_alloc(256)
+    pinned = drv.pagelocked_empty(64, np.uint8, "C", 3)
+    module = drv.module_from_buffer(built["ptx"]["kernels"])
+    drv.Context.pop()
+    with pytest.warns(FakeDriverWarning) as record:
+        c0.detach()
+    text = "\n".join(drv.leaks)
+    assert "device allocation" in text and "host allocation" in text and "Module" in text
+    assert len(record) == len(drv.leaks) == 3
+    del kept, pinned, module
+    c1.detach()
+    assert len(drv.leaks) == 3  # nothing of device 1 leaked
+
+
+def test_nothing_leaks_after_clean_release(drv, ctxs):
+    c0, c1 = ctxs
+    c0.push()
+    a = drv.mem_alloc(256)
+    h = drv.pagelocked_empty(64, np.uint8, "C", 3)
+    reg = drv.register_host_memory(np.zeros(128, np.uint8), 3)
+    a.free()
+    h.base.free()
+    reg.base.unregister()
+    drv.Context.pop()
+    c0.detach()
+    c1.detach()
+    assert drv.leaks == []
+    with pytest.raises(drv.LogicError, match="was released"):
+        c0.push()
+
+
+def test_registering_twice_is_refused(drv, ctxs):
+    ctxs[0].push()
+    buf = np.zeros(4096, np.uint8)
+    reg = drv.register_host_memory(buf, 3)
+    assert reg.base.get_device_pointer() == buf.ctypes.data
+    with pytest.raises(drv.LogicError, match="already mapped"):
+        drv.register_host_memory(buf[100:200], 3)
+    reg.base.unregister()
+    drv.register_host_memory(buf[100:200], 3).base.unregister()
+    drv.Context.pop()
+
+
+def test_out_of_memory(drv, ctxs):
+    ctxs[0].push()
+    with pytest.raises(drv.MemoryError, match="out of memory"):
+        drv.mem_alloc(2 << 20)
+    drv.Context.pop()
+
+
+def test_launch_argument_layout_is_checked(drv, ctxs, built):
+    ctxs[0].push()
+    iota = drv.module_from_buffer(built["ptx"]["kernels"]).get_function("iota_i32")
+    out = drv.mem_alloc(64)
+    with pytest.raises(drv.LogicError, match="parameters"):
+        iota(np.uint64(int(out)), np.int64(16), np.int32(0), grid=(1, 1), block=(16, 1, 1))
+    with pytest.raises(TypeError, match="invalid type on parameter #1"):
+        iota(np.uint64(int(out)), 16, np.int32(0), grid=(1, 1), block=(16, 1, 1))
+    with pytest.raises(drv.LogicError, match="invalid argument"):
+        iota(np.uint64(int(out)), np.int32(16), np.int32(0), grid=(1, 1), block=(2048, 1, 1))
+    assert kinds(drv) == ["argument-size", "bad-dimensions"]
+    out.free()
+    drv.Context.pop()
+
+
+def test_unknown_kernels_are_recorded(drv, ctxs):
+    ptx = (b".version 8.0\n.target sm_80\n.address_size 64\n"
+           b".visible .entry mystery(\n.param .u32 p0\n)\n{\nret;\n}\n")
+    ctxs[0].push()
+    fn = drv.module_from_buffer(ptx).get_function("mystery")
+    fn(np.uint32(5), grid=(2, 1), block=(4, 1, 1))
+    drv.Context.synchronize()
+    assert drv.launches[-1][:3] == ("mystery", (2, 1, 1), (4, 1, 1))
+    drv.Context.pop()
