@@ -65,7 +65,8 @@ class Allocation:
     an allocation while such a view is alive is refused: a dangling view would be worse.
     """
 
-    __slots__ = ("ptr", "size", "kind", "device", "context", "origin", "_live", "_bucket", "_views", "__weakref__")
+    __slots__ = ("ptr", "size", "kind", "device", "context", "origin", "_live", "_bucket", "_views", "_queues",
+                 "__weakref__")
 
     def __init__(self, ptr: int, size: int, kind: AllocKind, device: Device | None, context: Context,
                  bucket: int, where: str | None) -> None:
@@ -78,6 +79,7 @@ class Allocation:
         self._live = True
         self._bucket = bucket  # pool bucket size, 0 if not from the pool
         self._views: list[weakref.ref[_HostView]] | None = None
+        self._queues: set[Queue] | None = None  # queues that were given work on this memory
 
     @property
     def freed(self) -> bool:
@@ -246,6 +248,24 @@ def lookup(rt: Runtime, ptr: int, what: str = "pointer") -> tuple[Allocation, in
     return hit[2], ptr - hit[0]
 
 
+def used_by(alloc: Allocation, queue: Queue) -> None:
+    """Record that ``queue`` has work on ``alloc``: freeing it will wait for that queue first."""
+    users = alloc._queues
+    if users is None:
+        alloc._queues = {queue}
+    elif queue not in users:
+        users.add(queue)
+
+
+def _drain_users(alloc: Allocation) -> None:
+    # As cudaFree: memory still used by queued work is released only once that work is done,
+    # so a kernel can never write into the next allocation at the same address.
+    users, alloc._queues = alloc._queues, None
+    for queue in users or ():
+        if queue._live:
+            queue._disp.queue_synchronize_impl(queue.device.handle, queue.handle)
+
+
 def _claim_for_free(rt: Runtime, target: Any, kind: AllocKind | None) -> Allocation:
     if isinstance(target, Allocation):
         alloc = target
@@ -289,6 +309,8 @@ def free(target: Allocation | int, kind: AllocKind | None = None) -> None:
     with rt.lock:
         alloc = _claim_for_free(rt, target, kind)
     try:
+        if alloc._queues:
+            _drain_users(alloc)
         _release_block(alloc)
     except BaseException:
         alloc._live = True  # the backend kept it: it stays allocated and registered
@@ -508,6 +530,10 @@ def memcpy(dst: Any, src: Any, size: int | None = None, queue: Queue | None = No
 
 
 def _copy(d: _End, s: _End, size: int, queue: Queue | None) -> Event | None:
+    if queue is not None:
+        for end in (d, s):
+            if end.alloc is not None:
+                used_by(end.alloc, queue)
     if queue is None and d.host_ok and s.host_ok:
         ctypes.memmove(d.addr if d.mv is None else _buffer_address(d.mv),
                        s.addr if s.mv is None else _buffer_address(s.mv), size)

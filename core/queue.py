@@ -22,7 +22,7 @@ from .errors import (
     InvalidHandleError,
     InvalidValueError,
 )
-from .memory import Allocation, allocate, check_size, free, memcpy, memfill, memory_connection
+from .memory import Allocation, allocate, check_size, free, memcpy, memfill, memory_connection, used_by
 from .program import GlobalVariable, Kernel
 
 if TYPE_CHECKING:
@@ -242,6 +242,8 @@ class Queue:
         b = _dims(block, "block")
         holds: list[Allocation] = []
         normalised = self._args(kernel, args, holds)
+        for a in holds:
+            used_by(a, self)
         ev = self._disp.launch_impl(self.device.handle, self.handle, kernel.handle, g, b, normalised)
         return Event(self, ev)
 
@@ -253,6 +255,8 @@ class Queue:
         b = _dims(block, "block")
         holds: list[Allocation] = []
         normalised = self._args(kernel, args, holds)
+        for a in holds:
+            used_by(a, self)
         fast = self._disp.launch_prepare_impl(self.device.handle, self.handle, kernel.handle, g, b, normalised)
         return PreparedLaunch(self, kernel, g, b, normalised, tuple(holds), fast)
 

@@ -79,7 +79,10 @@ def _inspect(digest: bytes, image: bytes) -> ImageInfo:
 
 
 def inspect_image(image: bytes) -> ImageInfo:
-    return _inspect(hashlib.blake2b(image, digest_size=16).digest(), image)
+    try:
+        return _inspect(hashlib.blake2b(image, digest_size=16).digest(), image)
+    except ELFError as exc:  # a header that parses but a body that does not: a truncated image
+        raise InvalidBinaryError(f"host backend: malformed ELF image: {exc}") from None
 
 
 def _type_kind(die) -> str | None:  # type: ignore[no-untyped-def]

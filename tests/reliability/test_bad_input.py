@@ -260,11 +260,8 @@ ROWS: list[Row] = [
         lambda e: (lambda: e.dev.load_program(b"garbage!"), "garb")),
     Row("load-str-image", InvalidArgumentError, Errc.INVALID_ARGUMENT,
         lambda e: (lambda: e.dev.load_program("not bytes"), "str")),
-    pytest.param(Row("load-truncated-elf", InvalidBinaryError, Errc.INVALID_BINARY,
-        lambda e: (lambda: e.dev.load_program(e.image[:200]), "ELF")), marks=pytest.mark.xfail(strict=True, reason=(
-            "core/host/elf.py: check_image reads only the ELF header; inspect_image then raises "
-            "ELFParseError for a truncated image, which dispatch wraps as BackendError instead of "
-            "InvalidBinaryError"))),
+    Row("load-truncated-elf", InvalidBinaryError, Errc.INVALID_BINARY,
+        lambda e: (lambda: e.dev.load_program(e.image[:200]), "ELF")),
     Row("load-elf-executable", InvalidBinaryError, Errc.INVALID_BINARY,
         lambda e: (lambda: e.dev.load_program(open("/bin/true", "rb").read()), "exec")),
     Row("load-on-device-not-in-context", InvalidArgumentError, Errc.INVALID_ARGUMENT,

@@ -195,9 +195,6 @@ def test_stress(twin_runtime):
         assert pins is None or len(pins.by_host) == 0
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "core/memory.py free(): freeing an allocation that queued work still uses releases it at once; "
-    "the backend hands the address to the next allocation and the queued kernel writes into it"))
 def test_free_waits_for_queued_work_that_uses_the_allocation(twin_runtime):
     dev = pyoffload.host_device()
     prog = dev.load_program(packaged_image("conformance_kernels"))
