@@ -57,6 +57,7 @@ def enqueue_host_function(queue: OclQueue, fn: Callable[[], None]) -> HostFuncti
             user.set_status(cl.command_execution_status.COMPLETE)
 
     threading.Thread(target=run, name="pyoffload-opencl-host-fn", daemon=True).start()
+    queue.last_event = handle
     return handle
 
 
@@ -88,7 +89,12 @@ def query(event: Any) -> bool:
 
 
 def synchronize(queue: OclQueue) -> None:
+    event = queue.last_event
     queue.cl_queue.finish()
+    if isinstance(event, HostFunctionEvent):
+        event.done.wait()  # the barrier completes a moment before the helper thread returns
+    if queue.last_event is event:
+        queue.last_event = None
     if queue.host_errors:
         exc = queue.host_errors.pop(0)
         queue.host_errors.clear()
@@ -96,13 +102,16 @@ def synchronize(queue: OclQueue) -> None:
 
 
 def queue_idle(queue: OclQueue) -> bool:
-    """Non-blocking: is everything enqueued so far complete?  A marker completes exactly when
-    all earlier commands of an in-order queue have."""
-    import pyopencl as cl
-
-    marker = cl.enqueue_marker(queue.cl_queue)
+    """Non-blocking: is everything enqueued so far complete?  On an in-order queue, exactly
+    when its newest command is.  (A fresh marker would not do: it is itself still pending.)"""
+    event = queue.last_event
+    if event is None:
+        return True
     queue.cl_queue.flush()
-    return int(marker.command_execution_status) == cl.command_execution_status.COMPLETE
+    done = query(event)
+    if done and queue.last_event is event:
+        queue.last_event = None  # let the cl.Event go
+    return done
 
 
 def elapsed_ms(start: Any, end: Any) -> float:

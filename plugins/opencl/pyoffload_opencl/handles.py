@@ -84,6 +84,8 @@ class OclQueue:
     profiling: bool
     # Exceptions raised by host functions, reported by the next synchronize.
     host_errors: list[BaseException] = field(default_factory=list)
+    # The event of the newest command: an in-order queue is idle exactly when it completed.
+    last_event: Any = None
 
     def __hash__(self) -> int:  # WeakSet needs hashable members; identity is right here
         return id(self)
@@ -104,6 +106,8 @@ class OclKernel:
     num_params: int
     signature: tuple[str, ...] | None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # (set scalar bytes, set SVM pointer) entry points of ``cl_kernel`` (see launch.py).
+    setters: tuple[Any, Any] | None = None
 
 
 @dataclass(eq=False)

@@ -46,29 +46,30 @@ def _setters(cl_kernel: Any) -> tuple[Callable[[int, Any], None], Callable[[int,
     return set_buf, set_svm
 
 
-def set_args(kernel: OclKernel, cl_kernel: Any, args: tuple[Any, ...]) -> None:
-    """Set the caller's arguments on ``cl_kernel`` (the hidden state parameter is already set)."""
+def set_args(kernel: OclKernel, cl_kernel: Any, args: tuple[Any, ...], setters: tuple[Any, Any] | None = None) -> None:
+    """Set the caller's arguments on ``cl_kernel`` (the hidden state parameter is already set).
+    ``setters`` is ``_setters(cl_kernel)``, passed in by callers that cache it."""
     if _cl is None:
         _bind()
-    cl = _cl
     if len(args) != kernel.num_params:
         raise InvalidArgumentError(
             f"kernel {kernel.name!r} takes {kernel.num_params} arguments, got {len(args)}"
         )
-    set_buf, set_svm = _setters(cl_kernel)
-    svm_tag = cl.SVM
+    set_buf, set_svm = setters if setters is not None else _setters(cl_kernel)
+    svm_tag = _cl.SVM
     from_address = _from_address
+    generic = _generic
     for i, arg in enumerate(args):
         if type(arg) is int:
             if arg:
                 set_svm(i, svm_tag(from_address(arg)))
             else:
                 cl_kernel.set_arg(i, None)  # NULL pointer
-        elif isinstance(arg, _generic):
+        elif isinstance(arg, generic):
             set_buf(i, arg)
         elif isinstance(arg, LocalMemory):
-            cl_kernel.set_arg(i, cl.LocalMemory(arg.size))
-        elif isinstance(arg, int):  # bool and int subclasses: treat as a pointer value
+            cl_kernel.set_arg(i, _cl.LocalMemory(arg.size))
+        elif isinstance(arg, int):  # int subclasses: a pointer value
             set_svm(i, svm_tag(from_address(int(arg))))
         else:
             raise InvalidArgumentError(
@@ -100,11 +101,12 @@ def launch(queue: OclQueue | None, kernel: OclKernel, grid, block, args) -> Any:
     cl_queue = queue.cl_queue if queue is not None else kernel.program.context.internal_queue(kernel.program.device)
     gws = (grid[0] * block[0], grid[1] * block[1], grid[2] * block[2])
     with kernel.lock:
-        set_args(kernel, kernel.cl_kernel, args)
+        set_args(kernel, kernel.cl_kernel, args, kernel.setters)
         event = _cl.enqueue_nd_range_kernel(cl_queue, kernel.cl_kernel, gws, block)
     if queue is None:
         event.wait()
         return None
+    queue.last_event = event
     return event
 
 
@@ -119,9 +121,11 @@ def prepare(queue: OclQueue | None, kernel: OclKernel, grid, block, args) -> Cal
     enqueue = cl.enqueue_nd_range_kernel
     if queue is not None:
         cl_queue = queue.cl_queue
+        oq = queue
 
         def launch_prepared() -> Any:
-            return enqueue(cl_queue, cl_kernel, gws, lws)
+            oq.last_event = event = enqueue(cl_queue, cl_kernel, gws, lws)
+            return event
 
     else:
         cl_queue = kernel.program.context.internal_queue(kernel.program.device)

@@ -174,10 +174,12 @@ def data_free_impl(context: OclContext, device: OclDevice | None, ptr: int, kind
     svm.release(context, ptr)
 
 
-def _done(event: Any, sync: bool) -> Any:
+def _done(event: Any, sync: bool, queue: OclQueue | None) -> Any:
     if sync:
         event.wait()
         return None
+    if queue is not None:
+        queue.last_event = event
     return event
 
 
@@ -188,7 +190,7 @@ def data_submit_impl(device: OclDevice, queue: OclQueue | None, dst: int, src: m
     cl_queue, sync = svm.queue_for(device, queue, dst)
     with driver_call("host-to-device SVM copy"):
         event = cl._cl._enqueue_svm_memcpy(cl_queue, 0, svm.svm_ref(dst, size), svm.host_ref(src, size), None, size)
-    return _done(event, sync)
+    return _done(event, sync, queue)
 
 
 @hookimpl
@@ -198,7 +200,7 @@ def data_retrieve_impl(device: OclDevice, queue: OclQueue | None, dst: memoryvie
     cl_queue, sync = svm.queue_for(device, queue, src)
     with driver_call("device-to-host SVM copy"):
         event = cl._cl._enqueue_svm_memcpy(cl_queue, 0, svm.host_ref(dst, size), svm.svm_ref(src, size), None, size)
-    return _done(event, sync)
+    return _done(event, sync, queue)
 
 
 @hookimpl
@@ -213,7 +215,7 @@ def data_exchange_impl(src_device: OclDevice, src: int, dst_device: OclDevice, d
     cl_queue, sync = svm.queue_for(dst_device, queue, dst)
     with driver_call("device-to-device SVM copy"):
         event = cl._cl._enqueue_svm_memcpy(cl_queue, 0, svm.svm_ref(dst, size), svm.svm_ref(src, size), None, size)
-    return _done(event, sync)
+    return _done(event, sync, queue)
 
 
 @hookimpl
@@ -227,7 +229,7 @@ def data_fill_impl(device: OclDevice, queue: OclQueue | None, ptr: int, pattern:
     cl_queue, sync = svm.queue_for(device, queue, ptr)
     with driver_call("SVM fill"):
         event = cl._cl._enqueue_svm_memfill(cl_queue, svm.svm_ref(ptr, size), bytearray(pattern), size, None)
-    return _done(event, sync)
+    return _done(event, sync, queue)
 
 
 @hookimpl
@@ -275,6 +277,7 @@ def _make_kernel(program: OclProgram, name: str) -> OclKernel:
     if kinds is not None:
         sig = tuple(kinds[:index] if index is not None else kinds)
     kernel = OclKernel(program, name, cl_kernel, index, num_args - (index is not None), sig)
+    kernel.setters = launch._setters(cl_kernel)
     launch.set_state_arg(kernel, cl_kernel)
     return kernel
 
