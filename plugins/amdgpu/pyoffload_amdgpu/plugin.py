@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -48,6 +49,7 @@ class _State:
         self.devices = devices
         self.peer: dict[tuple[int, int], bool] = {}  # (from, to) -> peer access enabled
         self.async_allocations: set[int] = set()  # pointers from hipMallocAsync
+        self.event_finalizers: list[weakref.finalize] = []  # pruned of dead ones as it grows
         self.lock = threading.Lock()
 
 
@@ -130,8 +132,11 @@ def deinit_impl() -> None:
     global _state
     if _state is None:
         return
-    state, _state = _state, None
+    state = _state
     hip = state.hip
+    for finalizer in list(state.event_finalizers):
+        finalizer()  # destroys the events pyoffload still holds; runs at most once
+    _state = None
     for (src, dst), enabled in state.peer.items():
         if enabled:
             hip.hipSetDevice(src)
@@ -185,9 +190,20 @@ def data_free_impl(context: Any, device: HipDevice | None, ptr: int, kind: Alloc
         call(hip, hip.hipFree, ptr)
 
 
+def _destroy_event(state: _State, event: Any) -> None:
+    # Runs when the handle is collected (any thread) or at deinit, whichever comes first.
+    if _state is state:
+        state.hip.hipEventDestroy(event)
+
+
 def _record(device: HipDevice, queue: HipQueue, failures: HostFunctionFailures | None = None) -> HipEvent:
-    """Record an event on the queue's stream marking the work enqueued so far."""
+    """Record an event on the queue's stream marking the work enqueued so far.
+
+    pyoffload drops event handles by letting them go, so each hipEvent is destroyed when its
+    handle is garbage collected, and any still alive at deinit are destroyed then.
+    """
     hip = _hip()
+    assert _state is not None
     flags = hip.hipEventDefault if queue.profiling else hip.hipEventDisableTiming
     event = call(hip, hip.hipEventCreateWithFlags, flags)
     try:
@@ -195,7 +211,13 @@ def _record(device: HipDevice, queue: HipQueue, failures: HostFunctionFailures |
     except BaseException:
         hip.hipEventDestroy(event)
         raise
-    return HipEvent(device, event, queue.profiling, failures)
+    handle = HipEvent(device, event, queue.profiling, failures)
+    finalizers = _state.event_finalizers
+    finalizers.append(weakref.finalize(handle, _destroy_event, _state, event))
+    if len(finalizers) > 1024:
+        with _state.lock:
+            finalizers[:] = [f for f in finalizers if f.alive]
+    return handle
 
 
 def _copy(device: HipDevice, queue: HipQueue | None, dst: Any, src: Any, size: int, kind: Any) -> HipEvent | None:
@@ -371,6 +393,10 @@ def _peer_enabled(src: HipDevice, dst: HipDevice) -> bool:
 def memory_connection_impl(
     context_a: Any, device_a: HipDevice | None, context_b: Any, device_b: HipDevice | None
 ) -> MemoryConnection | None:
+    if context_a is not context_b:
+        # HIP itself has one address space per process, but pyoffload contexts own their
+        # allocations: across contexts, take the generic answer.
+        return None
     # Pinned host memory is allocated portable and mapped: every device reaches it directly.
     if device_a is None or device_b is None or device_a is device_b:
         return MemoryConnection.UNIFIED
@@ -562,14 +588,6 @@ def event_elapsed_impl(device: HipDevice, start: HipEvent, end: HipEvent) -> flo
         raise UnsupportedError("elapsed time needs events of a profiling queue")
     hip = _use(device)
     return float(call(hip, hip.hipEventElapsedTime, start.event, end.event))
-
-
-@hookimpl
-def event_release_impl(device: HipDevice, event: HipEvent) -> None:
-    if _state is None:
-        return  # the runtime is gone and took its events with it
-    hip = _state.hip
-    call(hip, hip.hipEventDestroy, event.event)
 
 
 # ------------------------------------------------------------------------------------------

@@ -97,14 +97,17 @@ class FakeHip:
     hipDeviceProp_t = hipDeviceProp_t
     hipPointerAttribute_t = hipPointerAttribute_t
 
+    instances: list[FakeHip] = []  # every fake made in this process, for end-of-run checks
+
     def __init__(self, device_count: int = 2, memory_per_device: int = 4 << 30,
-                 peer_capable: bool = True) -> None:
+                 peer_capable: bool = True, separate_register_alias: bool = False) -> None:
         for name, value in CONSTANTS.items():
             setattr(self, name, value)
         self.device_count = device_count
         self.space = AddressSpace(device_count, memory_per_device)
         self.memory_per_device = memory_per_device
         self.peer_capable = peer_capable
+        self.separate_register_alias = separate_register_alias
         self.peers: set[tuple[int, int]] = set()  # (accessor, owner) with peer access enabled
         self.violations: list[str] = []
         self.unknown_launches: list[str] = []
@@ -124,10 +127,14 @@ class FakeHip:
 
     @classmethod
     def from_environment(cls) -> FakeHip:
-        return cls(
+        """The fake the plugin uses under ``PYOFFLOAD_AMDGPU_DRIVER=fake``; remembered in
+        :attr:`instances` so that the pytest plugin can check it at the end of the run."""
+        fake = cls(
             device_count=int(os.environ.get(DEVICES_ENV, "2")),
             memory_per_device=int(os.environ.get(MEMORY_ENV, str(4 << 30))),
         )
+        cls.instances.append(fake)
+        return fake
 
     def __repr__(self) -> str:
         return f"<FakeHip {self.device_count} devices>"
@@ -379,7 +386,8 @@ class FakeHip:
                 return (E.hipErrorHostMemoryAlreadyRegistered,)
             if address >= DEVICE_BASE:
                 return (self._fault(Fault(E.hipErrorInvalidValue, f"hipHostRegister: 0x{address:x} is device memory")),)
-            self._registered[address] = self.space.alias_host(address, size, self._label("hipHostRegister"))
+            self._registered[address] = self.space.alias_host(
+                address, size, self._label("hipHostRegister"), self.separate_register_alias)
         return (E.hipSuccess,)
 
     def hipHostUnregister(self, hostPtr: Any) -> tuple[E]:  # noqa: N803
@@ -498,7 +506,12 @@ class FakeHip:
         return self.space.device_view(int(pointer), size, None, self.peers, what)
 
     def _is_device_side(self, pointer: Any) -> bool:
-        return isinstance(pointer, (int, FakePointer)) and self.space.find(int(pointer)) is not None
+        if not isinstance(pointer, (int, FakePointer)):
+            return False
+        region = self.space.find(int(pointer))
+        # An unregistered range mapped at its host address is plain pageable memory again.
+        return region is not None and not (
+            region.freed and region.kind is Kind.ALIAS and region.base == region.host_address)
 
     def _copy_op(self, dst: Any, src: Any, size: int, kind: Any, what: str) -> Callable[[], None]:
         kind = hipMemcpyKind(int(kind))

@@ -5,7 +5,10 @@ per device, so an address says which device owns it.  It is backed by anonymous 
 (zero pages cost nothing until touched) and cannot be dereferenced by the host, like real VRAM.
 Pinned host memory (``hipHostMalloc``) and managed memory (``hipMallocManaged``) are real host
 memory, handed out at their real addresses because the host reads them directly.  Registered host
-ranges (``hipHostRegister``) get a separate fake *device alias*, as ``hsa_amd_memory_lock`` gives.
+ranges (``hipHostRegister``) are device-visible at their host address, as ROCm maps them on
+Linux; a fake made with ``separate_register_alias=True`` hands out a distinct device alias
+instead (what ``hsa_amd_memory_lock`` may return elsewhere), to prove that callers use the
+pointer ``hipHostGetDevicePointer`` returns.
 
 Freed regions are kept (their memory too, so that the host allocator cannot reuse the address):
 any later use is reported as use-after-free instead of silently reading someone else's data.
@@ -116,9 +119,13 @@ class AddressSpace:
         mem, address = _mmap(size)
         return self._insert(Region(address, size, kind, None, label, address, mem))
 
-    def alias_host(self, host_address: int, size: int, label: str) -> Region:
-        base = self._next_alias
-        self._next_alias = base + (size + _GUARD + 4095) // 4096 * 4096
+    def alias_host(self, host_address: int, size: int, label: str, separate: bool) -> Region:
+        """The device view of a registered host range: the host address itself (ROCm on Linux
+        maps user memory at the same virtual address) or, with ``separate``, a distinct alias."""
+        base = host_address
+        if separate:
+            base = self._next_alias
+            self._next_alias = base + (size + _GUARD + 4095) // 4096 * 4096
         return self._insert(Region(base, size, Kind.ALIAS, None, label, host_address))
 
     def release(self, region: Region) -> None:
