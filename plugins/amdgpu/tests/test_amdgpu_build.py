@@ -1,0 +1,67 @@
+"""The conformance programs are built for real with clang and lld, per processor, once per process."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from amdgpu_test_support import build, conformance_images, toolchain_or_skip
+from elftools.elf.elffile import ELFFile
+
+from pyoffload.backend import CompileError
+from pyoffload_amdgpu import codeobject, conformance
+
+
+def _dynamic_symbols(image: bytes) -> dict[str, tuple[str, str]]:
+    elf = ELFFile(io.BytesIO(image))
+    return {s.name: (s["st_info"]["type"], s["st_other"]["visibility"]) for s in elf.get_section_by_name(".dynsym").iter_symbols()}
+
+
+def test_images_are_amdgpu_code_objects_for_the_device():
+    images = conformance_images("gfx90a")
+    assert set(images) == {"kernels", "ctor_dtor"}
+    for image in images.values():
+        assert codeobject.is_amdgpu_elf(image)
+        assert ELFFile(io.BytesIO(image))["e_type"] == "ET_DYN"
+        assert codeobject.parse(image).target.endswith("gfx90a")
+
+
+def test_images_are_cached_per_process():
+    first, second = conformance_images(), conformance_images()
+    assert first["kernels"] is second["kernels"]
+
+
+def test_arch_selects_the_processor():
+    toolchain_or_skip()
+    assert codeobject.parse(conformance.images("gfx1030")["kernels"]).arch == "gfx1030"
+
+
+def test_globals_are_exported_and_entry_points_have_llvm_names():
+    kernels = _dynamic_symbols(conformance_images()["kernels"])
+    assert kernels["counter"] == ("STT_OBJECT", "STV_DEFAULT")
+    assert kernels["table"] == ("STT_OBJECT", "STV_DEFAULT")
+    assert kernels["iota_i32"][0] == "STT_FUNC" and kernels["iota_i32.kd"][0] == "STT_OBJECT"
+    ctor = _dynamic_symbols(conformance_images()["ctor_dtor"])
+    for name in ("amdgcn.device.init", "amdgcn.device.fini"):
+        assert ctor[name][0] == "STT_FUNC"
+        assert ctor[f"{name}.kd"][0] == "STT_OBJECT"
+
+
+def test_sources_ship_with_the_package():
+    for program in conformance.PROGRAMS:
+        assert "void" in conformance.source(program) and "__builtin_amdgcn" in conformance.source("kernels")
+
+
+def test_compile_error_carries_the_build_log():
+    with pytest.raises(CompileError) as err:
+        build("kernel void broken(global int *p) { p[0] = undeclared_thing; }")
+    assert "undeclared_thing" in err.value.build_log
+    assert "clang" in str(err.value)
+
+
+def test_missing_toolchain_means_no_images(monkeypatch):
+    monkeypatch.setenv(conformance.CLANG_ENV, "/nonexistent/clang")
+    assert conformance.toolchain() is None
+    assert conformance.images("gfx942") is None
+    with pytest.raises(CompileError, match="no clang"):
+        conformance.build("kernel void k(void) {}", "gfx90a")
