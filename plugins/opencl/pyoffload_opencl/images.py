@@ -105,7 +105,7 @@ def build(context: OclContext, device: OclDevice, image: bytes) -> tuple[Any, st
         options = SPIR_OPTIONS
     elif fmt == "binary":
         create = lambda: cl._cl._Program(context.cl_context, devices, [bytes(image)])  # noqa: E731
-        options = ()
+        options = ("-cl-kernel-arg-info",)  # PoCL keeps arg info in its binaries only then
     elif fmt == "spirv":
         if not device.il_version:
             raise UnsupportedError(f"device {device.name!r} does not accept SPIR-V (no IL version)")
@@ -129,10 +129,10 @@ def build(context: OclContext, device: OclDevice, image: bytes) -> tuple[Any, st
             warnings.simplefilter("ignore")
             raw.build(" ".join(options).encode(), devices)
     except cl.Error as exc:
-        log = _build_log(raw, device)
+        log = _build_log(raw, device) or str(exc)
+        first = next((line for line in log.splitlines() if "error" in line), log.splitlines()[0] if log else "")
         raise CompileError(
-            f"building the {fmt} image for {device.name!r} failed: {exc.code if hasattr(exc, 'code') else exc}",
-            build_log=log or str(exc),
+            f"building the {fmt} image for {device.name!r} failed: {first.strip()}", build_log=log
         ) from exc
     return cl.Program(raw), fmt
 
