@@ -21,6 +21,7 @@ from .errors import (
     OutOfResourcesError,
     UnsupportedError,
 )
+from . import runtime as _runtime
 from .pool import Pool
 from .tracking import origin
 
@@ -288,7 +289,7 @@ def _claim_for_free(rt: Runtime, target: Any, kind: AllocKind | None) -> Allocat
     if kind is not None and alloc.kind is not kind:
         where = f" (allocated at {alloc.origin})" if alloc.origin else ""
         raise InvalidArgumentError(f"free: {alloc!r} is {alloc.kind.name} memory, not {kind.name}{where}")
-    views = alloc._live_views()
+    views = alloc._live_views() if alloc._views else 0
     if views:
         raise InvalidArgumentError(
             f"free: {alloc!r} still has {views} live host view(s); delete them before freeing"
@@ -302,9 +303,7 @@ def free(target: Allocation | int, kind: AllocKind | None = None) -> None:
 
     ``kind``, if given, must match the allocation's kind (a check against freeing the wrong kind).
     """
-    from .runtime import current
-
-    rt = target.context._rt if isinstance(target, Allocation) else current()
+    rt = target.context._rt if isinstance(target, Allocation) else _runtime.current()
     rt.check_alive()
     with rt.lock:
         alloc = _claim_for_free(rt, target, kind)
@@ -323,15 +322,13 @@ def free(target: Allocation | int, kind: AllocKind | None = None) -> None:
 
 def mem_info(ptr: Allocation | int) -> MemInfo:
     """Describe the allocation containing ``ptr`` (any address inside it)."""
-    from .runtime import current
-
     if isinstance(ptr, Allocation):
         if not ptr._live:
             raise InvalidArgumentError(f"mem_info: {ptr!r} was freed")
         ptr = ptr.ptr
     elif not isinstance(ptr, int) or isinstance(ptr, bool):
         raise InvalidArgumentError(f"mem_info takes an Allocation or a pointer (int), got {ptr!r}")
-    rt = current()
+    rt = _runtime.current()
     alloc, offset = lookup(rt, ptr, "mem_info: pointer")
     return MemInfo(alloc.ptr, alloc.size, alloc.kind, alloc.device, alloc.context, offset, alloc)
 
@@ -513,9 +510,7 @@ def memcpy(dst: Any, src: Any, size: int | None = None, queue: Queue | None = No
     ``size`` defaults to the smaller of the two sides.  With a ``queue`` the copy is ordered on it
     and an :class:`Event` is returned; the source buffer is kept alive until the queue is waited on.
     """
-    from .runtime import current
-
-    rt = current()
+    rt = _runtime.current()
     d = _resolve(rt, dst, "memcpy dst", True)
     s = _resolve(rt, src, "memcpy src", False)
     if size is None:
@@ -617,9 +612,7 @@ def memfill(ptr: Any, pattern: Any, size: int | None = None, queue: Queue | None
     """Fill ``size`` bytes at ``ptr`` with ``pattern`` repeated (bytes or a numpy scalar of any
     width); ``size`` must be a multiple of the pattern length and defaults to the rest of the
     allocation (rounded down to whole patterns)."""
-    from .runtime import current
-
-    rt = current()
+    rt = _runtime.current()
     pat = _pattern_bytes(pattern)
     end = _resolve(rt, ptr, "memfill dst", True)
     if size is None:
@@ -673,9 +666,7 @@ def _host_fill(dst: memoryview, pat: bytes) -> None:
 def prefetch(ptr: Any, size: int, to: Device | None = None, queue: Queue | None = None) -> Event | None:
     """Migrate a MANAGED range to device ``to`` (``None``: to the host).  A hint: a pointer that
     is not MANAGED memory is ignored, as in liboffload."""
-    from .runtime import current
-
-    rt = current()
+    rt = _runtime.current()
     size = check_size(size)
     end = _resolve(rt, ptr, "prefetch ptr", False)
     if size > end.avail:
@@ -691,11 +682,9 @@ def prefetch(ptr: Any, size: int, to: Device | None = None, queue: Queue | None 
 
 def advise(ptr: Any, size: int, advice: MemAdvice, device: Device | None = None) -> None:
     """Give a usage hint for a MANAGED range; ignored for other memory."""
-    from .runtime import current
-
     if not isinstance(advice, MemAdvice):
         raise InvalidArgumentError(f"advice must be a pyoffload.MemAdvice, got {advice!r}")
-    rt = current()
+    rt = _runtime.current()
     size = check_size(size)
     end = _resolve(rt, ptr, "advise ptr", False)
     if size > end.avail:

@@ -8,6 +8,7 @@ result or error, and duration in milliseconds.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Generator
 from typing import Any
@@ -30,6 +31,8 @@ class TracingPlugin:
         self.log = get_logger()
 
     def around(self, hook: str, kwargs: dict[str, Any]) -> Generator[None, Any, Any]:
+        if not logging.getLogger("pyoffload").isEnabledFor(logging.DEBUG):
+            return (yield)  # nobody listens: do not pay for rendering the arguments
         start = time.perf_counter()
         args = {k: _short(v) for k, v in kwargs.items()}
         try:

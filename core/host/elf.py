@@ -10,9 +10,7 @@ import functools
 import hashlib
 import io
 import platform
-
-from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
+from typing import Any
 
 from ..backend import InvalidBinaryError, SymbolDesc, SymbolKind
 
@@ -41,6 +39,8 @@ class ImageInfo:
 
 def check_image(image: bytes) -> None:
     """Raise InvalidBinaryError unless ``image`` is a shared object for this machine."""
+    from elftools.elf.elffile import ELFFile
+
     if image[:4] != b"\x7fELF":
         raise InvalidBinaryError(
             f"host backend: image is not an ELF shared object (starts with {image[:4]!r}); "
@@ -49,7 +49,7 @@ def check_image(image: bytes) -> None:
     try:
         elf = ELFFile(io.BytesIO(image))
         e_type, machine = elf.header["e_type"], elf.header["e_machine"]
-    except (ELFError, Exception) as exc:
+    except Exception as exc:
         raise InvalidBinaryError(f"host backend: malformed ELF image: {exc}") from None
     if e_type != "ET_DYN":
         raise InvalidBinaryError(f"host backend: ELF image is {e_type}, not a shared object (ET_DYN)")
@@ -59,6 +59,8 @@ def check_image(image: bytes) -> None:
 
 @functools.lru_cache(maxsize=64)
 def _inspect(digest: bytes, image: bytes) -> ImageInfo:
+    from elftools.elf.elffile import ELFFile
+
     elf = ELFFile(io.BytesIO(image))
     symbols: list[SymbolDesc] = []
     dynsym = elf.get_section_by_name(".dynsym")
@@ -79,6 +81,8 @@ def _inspect(digest: bytes, image: bytes) -> ImageInfo:
 
 
 def inspect_image(image: bytes) -> ImageInfo:
+    from elftools.common.exceptions import ELFError
+
     try:
         return _inspect(hashlib.blake2b(image, digest_size=16).digest(), image)
     except ELFError as exc:  # a header that parses but a body that does not: a truncated image
@@ -110,7 +114,7 @@ def _type_kind(die) -> str | None:  # type: ignore[no-untyped-def]
     return None
 
 
-def _signatures(elf: ELFFile, kernels: set[str]) -> dict[str, tuple[str, ...]]:
+def _signatures(elf: Any, kernels: set[str]) -> dict[str, tuple[str, ...]]:
     """Parameter kinds of exported functions, from DWARF (images built with ``-g``)."""
     if not elf.has_dwarf_info():
         return {}
