@@ -82,7 +82,7 @@ def init_impl() -> Sequence[PlatformDesc]:
     try:
         platforms = cl.get_platforms()
     except cl.Error as exc:
-        raise NoDevicesError(f"no OpenCL platform (ICD loader says: {exc.what if hasattr(exc, 'what') else exc})") from exc
+        raise NoDevicesError(f"no OpenCL platform (ICD loader: {exc})") from exc
     result = []
     index = 0
     for platform in platforms:
