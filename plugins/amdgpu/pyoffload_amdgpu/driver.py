@@ -64,12 +64,13 @@ def load_binding() -> Any:
     return hip
 
 
-def release_binding(hip: Any) -> None:
-    """Tear down the binding at deinit.  Only the fake has anything to check (its leak report)."""
+def release_binding(binding: Any) -> None:
+    """Tear down the binding at deinit.  Only the fake has anything to do (its leak report);
+    hip-python releases the runtime at process exit."""
     from .fake_hip import FakeHip
 
-    if isinstance(hip, FakeHip):
-        hip.teardown()
+    if isinstance(binding, FakeHip):
+        binding.teardown()
 
 
 def error_text(hip: Any, err: Any) -> str:
