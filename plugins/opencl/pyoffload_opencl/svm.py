@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import ctypes
+import queue as _queue
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -141,10 +142,83 @@ def allocate(context: OclContext, device: OclDevice | None, size: int, kind: All
 
 
 def release(context: OclContext, ptr: int) -> None:
-    """Free the allocation at ``ptr`` once nothing in its context can still be using it."""
-    context.finish_all()
+    """Free the allocation at ``ptr`` once nothing in its context can still be using it.
+
+    clSVMFree does not wait for commands that use the memory.  The generic layer already waits
+    for the queues it saw use the allocation; any other queue of the context with unfinished
+    work gets a deferred free: a helper thread waits for that work, then frees.  Never blocking
+    here means a host function may free memory without waiting on its own queue (a deadlock).
+    """
     record = REGISTRY.pop(ptr)
-    record.allocation.release()
+    pending = _pending_work(context)
+    if pending:
+        _REAPER.defer(record.allocation, pending)
+    else:
+        record.allocation.release()
+
+
+def _pending_work(context: OclContext) -> list[Any]:
+    from .events import query
+
+    pending = []
+    for oq in list(context.queues):
+        event = oq.last_event
+        if event is None:
+            continue
+        try:
+            done = query(event)
+        except Exception:
+            done = True  # a failed command is finished too
+        if not done:
+            pending.append(event)
+    return pending
+
+
+class _Reaper:
+    """One daemon thread that frees SVM once the work that may still use it has finished."""
+
+    def __init__(self) -> None:
+        self._jobs: _queue.SimpleQueue[tuple[Any, list[Any]]] = _queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def defer(self, allocation: Any, events: list[Any]) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="pyoffload-opencl-svm-free", daemon=True)
+                self._thread.start()
+        self._jobs.put((allocation, events))
+
+    def _run(self) -> None:
+        from .events import wait
+
+        while True:
+            allocation, events = self._jobs.get()
+            for event in events:
+                try:
+                    wait(event)
+                except Exception:
+                    pass  # failed work is finished work; the memory can go
+            allocation.release()
+
+    def drain(self) -> None:
+        """Wait until every deferred free so far has happened (tests, shutdown)."""
+        done = threading.Event()
+        if self._thread is None:
+            return
+        self._jobs.put((_Signal(done), []))
+        done.wait()
+
+
+class _Signal:
+    def __init__(self, flag: threading.Event) -> None:
+        self._flag = flag
+
+    def release(self) -> None:
+        self._flag.set()
+
+
+_REAPER = _Reaper()
 
 
 def queue_for(device: OclDevice | None, queue: Any, *ptrs: int) -> tuple[Any, bool]:

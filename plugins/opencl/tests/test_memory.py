@@ -152,3 +152,41 @@ def test_free_releases_the_svm_allocation(dev) -> None:
     assert svm.REGISTRY.find(ptr) is not None
     pyoffload.free(mem)
     assert svm.REGISTRY.find(ptr) is None
+
+
+class _ReleaseSpy:
+    def __init__(self, real) -> None:
+        self.real, self.released = real, 0
+
+    def release(self) -> None:
+        self.released += 1
+        self.real.release()
+
+
+def test_free_from_a_host_function_is_deferred_not_deadlocked(dev, kernels, queue) -> None:
+    import threading
+
+    victim = dev.alloc(64, AllocKind.MANAGED)
+    record = svm.REGISTRY.find(victim.ptr)
+    spy = record.allocation = _ReleaseSpy(record.allocation)
+    gate = threading.Event()
+    freed_inside = []
+
+    def host_step() -> None:
+        # The queue is blocked on this very function: a free that waited for it would hang.
+        pyoffload.free(victim)
+        freed_inside.append(spy.released)
+        gate.wait()
+
+    queue.launch_host_function(host_step)
+    queue.launch(kernels.kernel("noop"), 1, 1, [])
+    deadline = threading.Event()
+    for _ in range(200):
+        if freed_inside:
+            break
+        deadline.wait(0.05)
+    assert freed_inside == [0], "free blocked, or released memory while its queue still ran"
+    gate.set()
+    queue.wait()
+    svm._REAPER.drain()
+    assert spy.released == 1
