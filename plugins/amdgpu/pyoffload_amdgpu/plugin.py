@@ -262,7 +262,10 @@ def data_exchange_impl(
 @hookimpl
 def data_fill_impl(device: HipDevice, queue: HipQueue | None, ptr: int, pattern: bytes, size: int) -> Any:
     hip = _use(device)
-    width = len(pattern)
+    # A pattern that repeats a shorter one (8 bytes of 0xAB, "abab") uses the narrower memset.
+    width = next((w for w in (1, 2, 4) if len(pattern) % w == 0 and pattern == pattern[:w] * (len(pattern) // w)),
+                 len(pattern))
+    pattern = pattern[:width]
     setters = {
         1: (hip.hipMemsetD8, hip.hipMemsetD8Async),
         2: (hip.hipMemsetD16, hip.hipMemsetD16Async),
@@ -270,6 +273,8 @@ def data_fill_impl(device: HipDevice, queue: HipQueue | None, ptr: int, pattern:
     }
     if width not in setters:
         raise UnsupportedError(f"HIP has no {width}-byte memset")
+    if ptr % width:
+        raise UnsupportedError(f"hipMemsetD{8 * width} needs a {width}-byte aligned pointer")
     value = int.from_bytes(pattern, "little")
     sync_fn, async_fn = setters[width]
     if queue is None:

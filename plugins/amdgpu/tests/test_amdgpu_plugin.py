@@ -88,10 +88,14 @@ def test_fill_uses_the_memset_width_and_refuses_others(backend):
     queue = P.queue_create_impl((d0,), d0, False)
     P.event_wait_impl(d0, P.data_fill_impl(d0, queue, ptr, b"\xaa\xbb", 8))
     assert bytes(_read(d0, ptr, np.uint8, 16)) == b"\xaa\xbb" * 4 + b"\x01\x02\x03\x04" * 2
+    P.data_fill_impl(d0, None, ptr, b"\x05\x06" * 4, 8)  # repeats a 2-byte pattern: hipMemsetD16
+    assert bytes(_read(d0, ptr, np.uint8, 8)) == b"\x05\x06" * 4
     for pattern in (b"123", b"12345678"):
         with pytest.raises(UnsupportedError):
             P.data_fill_impl(d0, None, ptr, pattern, 24)
-    assert fake.calls["hipMemsetD32"] == fake.calls["hipMemsetD16Async"] == 1
+    with pytest.raises(UnsupportedError, match="aligned"):
+        P.data_fill_impl(d0, None, ptr + 1, b"\x01\x02", 2)
+    assert fake.calls["hipMemsetD32"] == fake.calls["hipMemsetD16Async"] == fake.calls["hipMemsetD16"] == 1
     P.queue_destroy_impl(d0, queue)
     P.data_free_impl((d0,), d0, ptr, AllocKind.DEVICE)
 
