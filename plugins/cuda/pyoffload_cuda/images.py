@@ -43,7 +43,8 @@ class GlobalVar:
 
 @dataclasses.dataclass(frozen=True)
 class ImageSymbols:
-    """What an image declares: kernel entry points (with PTX parameter sizes where known)."""
+    """What an image declares: kernel entry points with their parameter sizes (``None`` where
+    the image does not say), and global variables."""
 
     kernels: dict[str, tuple[int, ...] | None]
     globals: dict[str, GlobalVar]
@@ -97,6 +98,31 @@ def detect_format(image: bytes) -> ImageFormat:
 # --------------------------------------------------------------------------------------------
 
 _ELF64_SYM = struct.Struct("<IBBHQQ")
+# .nv.info.<kernel> attributes: (format, attribute) pairs; EIATTR_KPARAM_INFO describes one
+# parameter: u32 index, u16 ordinal, u16 offset, u32 flags with the size in bits 18-31.
+_EIFMT_NVAL, _EIFMT_BVAL, _EIFMT_HVAL, _EIFMT_SVAL = 1, 2, 3, 4
+_EIATTR_KPARAM_INFO = 0x17
+
+
+def _kernel_param_sizes(info: bytes) -> tuple[int, ...] | None:
+    """Parameter sizes in order, from a kernel's .nv.info section (``None`` if unreadable)."""
+    params: dict[int, int] = {}
+    i = 0
+    while i + 2 <= len(info):
+        fmt, attr = info[i], info[i + 1]
+        if fmt in (_EIFMT_NVAL, _EIFMT_BVAL, _EIFMT_HVAL):  # padded to 4 bytes
+            i += 4
+        elif fmt == _EIFMT_SVAL and i + 4 <= len(info):
+            (length,) = struct.unpack_from("<H", info, i + 2)
+            if attr == _EIATTR_KPARAM_INFO and length >= 12:
+                _index, ordinal, _offset, flags = struct.unpack_from("<IHHI", info, i + 4)
+                params[ordinal] = (flags >> 18) & 0x3FFF
+            i += 4 + length
+        else:
+            return None
+    if sorted(params) != list(range(len(params))):
+        return None
+    return tuple(params[k] for k in range(len(params)))
 
 
 def cubin_symbols(image: bytes) -> ImageSymbols:
@@ -128,7 +154,8 @@ def cubin_symbols(image: bytes) -> ImageSymbols:
         sym_type = st_info & 0xF
         section = sections[st_shndx]
         if sym_type == 2 and st_other & STO_CUDA_ENTRY:  # STT_FUNC entry point
-            kernels[name] = None
+            info = elf.get_section_by_name(f".nv.info.{name}")
+            kernels[name] = _kernel_param_sizes(info.data()) if info is not None else ()
         elif sym_type == 1 and section.name.startswith((".nv.global", ".nv.constant")):
             if section["sh_type"] == "SHT_NOBITS":
                 init = bytes(st_size)

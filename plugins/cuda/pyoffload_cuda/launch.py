@@ -24,6 +24,28 @@ from pyoffload.backend import InvalidArgumentError, LocalMemory
 SHARED_ALIGN = 16
 
 
+def param_bytes(sizes: Sequence[int]) -> int:
+    """Bytes of a parameter list laid out with natural alignment (CUDA's layout)."""
+    off = 0
+    for s in sizes:
+        align = min(max(s, 1), 8)
+        off = -(-off // align) * align + s
+    return off
+
+
+def check_params(name: str, expected: tuple[int, ...] | None, params: Sequence[np.generic]) -> None:
+    """Refuse a launch whose parameter sizes differ from the image's declaration: the driver
+    would read a misaligned or short parameter buffer (or a pointer from 4 bytes of an int)."""
+    if expected is None:
+        return
+    got = tuple(p.dtype.itemsize for p in params)
+    if got != expected:
+        raise InvalidArgumentError(
+            f"kernel {name!r} takes {len(expected)} parameters of {list(expected)} bytes, "
+            f"got {len(got)} of {list(got)} bytes"
+        )
+
+
 def pack_args(args: Sequence[Any]) -> tuple[tuple[np.generic, ...], int]:
     """Return ``(params, dynamic_shared_bytes)`` for ``Function.__call__``."""
     params: list[np.generic] = []

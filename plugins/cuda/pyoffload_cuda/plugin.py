@@ -36,7 +36,7 @@ from pyoffload.backend import (
 from . import conformance
 from .binding import driver_mode, errors, load_driver
 from .devices import CudaContext, CudaDevice
-from .launch import pack_args
+from .launch import check_params, pack_args
 from .programs import CudaKernel, CudaProgram
 from .queues import CudaQueue, QueueEvent
 
@@ -431,6 +431,7 @@ def queue_query_impl(device: CudaDevice, queue: CudaQueue) -> bool:
 def _launcher(device: CudaDevice, queue: CudaQueue | None, kernel: CudaKernel,
               grid: tuple[int, int, int], block: tuple[int, int, int], args: tuple[Any, ...]) -> Callable[[], Any]:
     params, shared = pack_args(args)
+    check_params(kernel.name, kernel.param_sizes, params)
     function = kernel.function
     if function is None:
         raise InvalidArgumentError(f"kernel {kernel.name!r} belongs to an unloaded program")

@@ -27,6 +27,9 @@ class CudaKernel:
         self.program = program
         self.name = name
         self.function = function
+        # Parameter sizes from the image (PTX .param list, cubin EIATTR_KPARAM_INFO).
+        syms = program.symbols
+        self.param_sizes: tuple[int, ...] | None = syms.kernels.get(name) if syms is not None else None
 
     def release(self) -> None:
         # A pycuda Function keeps its Module alive: drop it so the module really unloads.

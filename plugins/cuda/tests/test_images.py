@@ -40,11 +40,13 @@ def test_ptx_parameter_sizes(built):
     assert syms.arch == "sm_80"
 
 
-def test_cubin_arch_and_entry_flag(built):
+def test_cubin_arch_entry_flag_and_parameters(built):
     syms = images.cubin_symbols(built["cubin"]["kernels"])
     assert syms.arch == "sm_80"
     # Device functions are not entry points: only the seven kernels are listed.
     assert len(syms.kernels) == 7
+    # Parameter sizes from EIATTR_KPARAM_INFO agree with the PTX declarations.
+    assert syms.kernels == images.ptx_symbols(built["ptx"]["kernels"]).kernels
 
 
 def test_fatbin_entries(built):

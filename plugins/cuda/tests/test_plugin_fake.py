@@ -238,3 +238,18 @@ def test_driver_calls_exercised(fake_runtime, driver):
                 "cuMemcpyPeerAsync", "cuMemcpyPeer", "cuMemsetD32Async", "cuStreamSynchronize",
                 "cuMemcpyHtoD", "cuMemcpyDtoH", "cuCtxSynchronize"}
     assert expected <= driver.calls, expected - driver.calls
+
+
+@pytest.mark.parametrize("fmt", ["ptx", "cubin"])
+def test_parameter_sizes_are_checked_before_the_driver(fake_runtime, driver, built, fmt):
+    d0, _ = fake_runtime
+    out = d0.alloc(8)
+    with d0.load_program(built[fmt]["kernels"]) as prog, d0.create_queue() as q:
+        launches = len(driver.launches)
+        with pytest.raises(OffloadError) as err:
+            q.launch(prog.kernel("sleep_spin"), 1, 1, [out, np.int32(5)])  # takes an int64
+        assert err.value.errc is Errc.INVALID_ARGUMENT and "[8, 8]" in str(err.value)
+        assert len(driver.launches) == launches
+        q.launch(prog.kernel("sleep_spin"), 1, 1, [out, np.int64(5)]).wait()
+    assert driver.violations == []
+    out.free()

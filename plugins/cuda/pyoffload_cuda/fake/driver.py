@@ -49,6 +49,7 @@ import numpy as np
 
 from ..images import ImageFormat, ImageSymbols, InvalidBinaryError, detect_format, fatbin_entries, image_symbols
 from ..images import cubin_symbols, ptx_symbols
+from ..launch import param_bytes
 from . import kernels as emu
 from .memory import Access, MemoryMap, Region, address_space, region_view
 
@@ -994,7 +995,7 @@ class _Function:
                 raise drv.fail(drv.LogicError, routine, INVALID_VALUE, f"{shared} bytes of shared memory",
                                "bad-dimensions")
             if self.param_sizes is not None:
-                expected = _param_bytes(self.param_sizes)
+                expected = param_bytes(self.param_sizes)
                 if arg_bytes != expected:
                     raise drv.fail(drv.LogicError, routine, INVALID_VALUE,
                                    f"{self.name} takes {expected} bytes of parameters {self.param_sizes}, "
@@ -1014,15 +1015,6 @@ class _Function:
                     fn(memory, launch)
 
             drv._submit(routine, ctx, stream, return_op, sync=False)
-
-
-def _param_bytes(sizes: tuple[int, ...]) -> int:
-    """Bytes of a parameter list with natural alignment (CUDA's layout)."""
-    off = 0
-    for s in sizes:
-        align = min(max(s, 1), 8)
-        off = -(-off // align) * align + s
-    return off
 
 
 class _LaunchMemory(emu.Memory):
