@@ -25,7 +25,6 @@ from typing import Any
 import msgpack
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
-
 from pyoffload.backend import InvalidBinaryError
 
 EM_AMDGPU = 224

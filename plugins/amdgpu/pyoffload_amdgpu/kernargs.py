@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-
 from pyoffload.backend import InvalidArgumentError, LocalMemory
 
 from .codeobject import KernelArg, KernelInfo

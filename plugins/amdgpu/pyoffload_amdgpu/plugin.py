@@ -19,6 +19,7 @@ from typing import Any
 
 from pyoffload.backend import (
     AllocKind,
+    BackendError,
     DeviceDesc,
     DeviceType,
     InitFini,
@@ -29,13 +30,19 @@ from pyoffload.backend import (
     SymbolDesc,
     SymbolKind,
     UnsupportedError,
-    BackendError,
     hookimpl,
 )
 
 from . import codeobject, conformance, driver, kernargs
 from .driver import call
-from .handles import HipDevice, HipEvent, HipKernel, HipProgram, HipQueue, HostFunctionFailures
+from .handles import (
+    HipDevice,
+    HipEvent,
+    HipKernel,
+    HipProgram,
+    HipQueue,
+    HostFunctionFailures,
+)
 
 # ``void (*)(void *userData)``: the callback type of hipLaunchHostFunc.
 _HOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -134,7 +141,9 @@ def deinit_impl() -> None:
         return
     state = _state
     hip = state.hip
-    for finalizer in list(state.event_finalizers):
+    with state.lock:
+        finalizers = list(state.event_finalizers)
+    for finalizer in finalizers:
         finalizer()  # destroys the events pyoffload still holds; runs at most once
     _state = None
     for (src, dst), enabled in state.peer.items():
@@ -212,10 +221,11 @@ def _record(device: HipDevice, queue: HipQueue, failures: HostFunctionFailures |
         hip.hipEventDestroy(event)
         raise
     handle = HipEvent(device, event, queue.profiling, failures)
-    finalizers = _state.event_finalizers
-    finalizers.append(weakref.finalize(handle, _destroy_event, _state, event))
-    if len(finalizers) > 1024:
-        with _state.lock:
+    finalizer = weakref.finalize(handle, _destroy_event, _state, event)
+    with _state.lock:
+        finalizers = _state.event_finalizers
+        finalizers.append(finalizer)
+        if len(finalizers) > 1024:
             finalizers[:] = [f for f in finalizers if f.alive]
     return handle
 

@@ -7,8 +7,8 @@ import io
 import pytest
 from amdgpu_test_support import build, conformance_images, toolchain_or_skip
 from elftools.elf.elffile import ELFFile
-
 from pyoffload.backend import CompileError
+
 from pyoffload_amdgpu import codeobject, conformance
 
 

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 from amdgpu_test_support import build, conformance_images, fake_backend
-
 from pyoffload.backend import InvalidBinaryError
+
 from pyoffload_amdgpu import codeobject, plugin
 
 

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from amdgpu_test_support import build, conformance_images
 
+from pyoffload_amdgpu import codeobject
 from pyoffload_amdgpu.fake_hip import FakeHip, FakeHipWarning, FakePointer
 from pyoffload_amdgpu.fake_hip.kernels import EMULATIONS
 from pyoffload_amdgpu.kernargs import pack
-from pyoffload_amdgpu import codeobject
 
 E = FakeHip.hipError_t
 H2D, D2H = FakeHip.hipMemcpyKind.hipMemcpyHostToDevice, FakeHip.hipMemcpyKind.hipMemcpyDeviceToHost

@@ -8,8 +8,8 @@ import struct
 import numpy as np
 import pytest
 from amdgpu_test_support import conformance_images
-
 from pyoffload.backend import InvalidArgumentError, LocalMemory
+
 from pyoffload_amdgpu import codeobject, kernargs
 from pyoffload_amdgpu.fake_hip import FakeHip
 

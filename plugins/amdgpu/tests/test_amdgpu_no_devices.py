@@ -8,8 +8,8 @@ import subprocess
 import sys
 
 import pytest
-
 from pyoffload.backend import NoDevicesError
+
 from pyoffload_amdgpu import driver, plugin
 
 hip_python = pytest.importorskip("hip")

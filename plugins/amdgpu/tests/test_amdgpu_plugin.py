@@ -8,7 +8,6 @@ import gc
 import numpy as np
 import pytest
 from amdgpu_test_support import conformance_images, fake_backend
-
 from pyoffload.backend import (
     AllocKind,
     BackendError,
@@ -21,6 +20,7 @@ from pyoffload.backend import (
     SymbolKind,
     UnsupportedError,
 )
+
 from pyoffload_amdgpu import plugin as P
 
 

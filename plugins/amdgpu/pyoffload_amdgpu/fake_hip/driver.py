@@ -42,13 +42,13 @@ from .streams import FakeEvent, FakeStream
 from .types import (
     CONSTANTS,
     FakePointer,
+    error_string,
     hipDeviceProp_t,
     hipError_t,
     hipMemcpyKind,
     hipMemoryAdvise,
     hipMemoryType,
     hipPointerAttribute_t,
-    error_string,
 )
 
 DEVICES_ENV = "PYOFFLOAD_AMDGPU_FAKE_DEVICES"
