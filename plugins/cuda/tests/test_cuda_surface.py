@@ -29,7 +29,7 @@ TOOLS = HERE.parent / "tools"
 PLUGIN_MODULES = ["plugin.py", "devices.py", "queues.py", "programs.py", "launch.py", "binding.py"]
 
 sys.path.insert(0, str(HERE))
-import surface_check  # noqa: E402
+import cuda_surface_check as surface_check  # noqa: E402
 
 
 def _binding_uses() -> tuple[set[str], set[tuple[str, str]], set[str]]:
@@ -98,7 +98,7 @@ def real_surface(stub_libcuda):
             pytest.fail("pycuda is not installed (plugins/cuda/tools/build_pycuda.sh builds it)")
         pytest.skip("pycuda is not installed (plugins/cuda/tools/build_pycuda.sh builds it)")
     env = dict(os.environ, LD_LIBRARY_PATH=str(stub_libcuda))
-    proc = subprocess.run([sys.executable, str(HERE / "surface_check.py")], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, str(HERE / "cuda_surface_check.py")], capture_output=True, text=True,
                           env=env, cwd=HERE, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)

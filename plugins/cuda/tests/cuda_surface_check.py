@@ -1,7 +1,7 @@
 """Check the plugin's declared pycuda surface (pyoffload_cuda.surface) against a driver module.
 
 Used in-process for the fake driver and in a subprocess for the real ``pycuda.driver`` (which
-needs a libcuda to import).  ``python surface_check.py`` checks the real module and prints JSON.
+needs a libcuda to import).  ``python cuda_surface_check.py`` checks the real module and prints JSON.
 """
 
 from __future__ import annotations
