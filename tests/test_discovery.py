@@ -77,7 +77,8 @@ def _reports(site: Path, **env: str) -> list[dict]:
         a = dev.alloc(64); pyoffload.memcpy(a, np.arange(16, dtype=np.int32)); a.free()
         print(json.dumps([r.__dict__ for r in pyoffload.plugins()]))
     """)
-    full_env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]), **env)
+    base = {k: v for k, v in os.environ.items() if k != "PYOFFLOAD_PLUGINS"}
+    full_env = dict(base, PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]), **env)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full_env)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -107,7 +108,8 @@ def test_allow_list_disables_the_rest(broken_site):
 
 
 def test_cli_plugins_shows_reasons(broken_site):
-    env = dict(os.environ, PYTHONPATH=str(broken_site))
+    env = {k: v for k, v in os.environ.items() if k != "PYOFFLOAD_PLUGINS"}
+    env["PYTHONPATH"] = str(broken_site)
     out = subprocess.run([sys.executable, "-m", "pyoffload.cli", "plugins"], capture_output=True, text=True,
                          env=env, check=True).stdout
     assert "no devices: cuInit failed" in out
