@@ -193,7 +193,7 @@ def data_exchange_impl(
     """Copy ``size`` bytes between two addresses of this backend, possibly on two devices.
 
     Only called when ``memory_connection_impl`` answered MIGRATABLE or UNIFIED for the pair;
-    ``queue`` (if any) belongs to ``dst_device``.  Raise ``UnsupportedError`` if this particular
+    ``queue`` (if any) belongs to the same context and may be on either device of the pair.  Raise ``UnsupportedError`` if this particular
     pair has no direct path after all: the generic layer then stages through host memory.
     """
 

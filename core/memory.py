@@ -451,14 +451,14 @@ def _resolve(rt: Runtime, obj: Any, role: str, writable: bool) -> _End:
         if hit is None:
             from .pinning import find_pinned
 
-            pinned = find_pinned(rt, obj)
+            pinned = find_pinned(rt, obj, device_addresses=True)
             if pinned is None:
                 raise InvalidArgumentError(
                     f"{role}: pointer 0x{obj:x} is neither in a live allocation nor in pinned host memory"
                     f"{rt.tracker.history(obj)}"
                 )
-            base, end_addr = pinned
-            end.addr, end.avail, end.host_ok = obj, end_addr - obj, True
+            end.addr, end.avail = pinned
+            end.host_ok = True
             return end
         alloc, offset = hit[2], obj - hit[0]
         end.addr = obj
@@ -538,9 +538,8 @@ def _copy(d: _End, s: _End, size: int, queue: Queue | None) -> Event | None:
             conn = memory_connection((s.ctx, s.device), (d.ctx, d.device))
             if conn is not MemoryConnection.NONE:
                 qh = _check_queue(queue, d.device, "memcpy")
-                qdev = queue.device if queue is not None else d.device
                 try:
-                    ev = d.device._disp.data_exchange_impl(s.device.handle, s.addr, qdev.handle, d.addr, size, qh)
+                    ev = d.device._disp.data_exchange_impl(s.device.handle, s.addr, d.device.handle, d.addr, size, qh)
                     return queue._event(ev) if queue is not None else None
                 except UnsupportedError:
                     pass

@@ -164,14 +164,21 @@ def is_pinned(ptr: Any) -> bool:
     return find_pinned(rt, addr) is not None
 
 
-def find_pinned(rt: Runtime, addr: int) -> tuple[int, int] | None:
-    """``(base, end)`` of a pinned host range containing ``addr`` on any device."""
+def find_pinned(rt: Runtime, addr: int, device_addresses: bool = False) -> tuple[int, int] | None:
+    """``(host address, bytes left in the range)`` if ``addr`` lies in host memory pinned for any
+    device.  With ``device_addresses``, a device address returned by ``lock`` is accepted too and
+    translated to the host address it maps (the two differ on some drivers)."""
     for device in rt.devices:
         pins = device.__dict__.get("_pins")
-        if pins is not None:
-            hit = pins.by_host.find(addr)
+        if pins is None:
+            continue
+        hit = pins.by_host.find(addr)
+        if hit is not None:
+            return addr, hit[1] - addr
+        if device_addresses:
+            hit = pins.by_dev.find(addr)
             if hit is not None:
-                return hit[0], hit[1]
+                return hit[2].base + (addr - hit[0]), hit[1] - addr
     return None
 
 

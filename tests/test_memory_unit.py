@@ -96,3 +96,40 @@ def test_host_copy_of_numpy_views(host):
         pyoffload.memcpy(a, src)
     assert err.value.errc is Errc.INVALID_ARGUMENT and "contiguous" in str(err.value)
     a.free()
+
+
+class _RemapLocks:
+    """A wrapper that makes the host backend hand out device addresses unlike the host ones,
+    as drivers that map pinned memory elsewhere do."""
+
+    OFFSET = 1 << 44
+
+    @staticmethod
+    def factory(backend):
+        from collections.abc import Generator
+
+        from pyoffload.backend import hookimpl
+
+        class Remap:
+            @hookimpl(wrapper=True)
+            def data_lock_impl(self, device, ptr, size) -> Generator:
+                return (yield) + _RemapLocks.OFFSET
+
+        return Remap()
+
+
+def test_memcpy_accepts_the_device_address_of_a_locked_range(host):
+    runtime.add_wrapper(_RemapLocks.factory)
+    try:
+        buf = np.arange(64, dtype=np.int32)
+        dev_ptr = host.lock(buf)
+        assert dev_ptr == buf.ctypes.data + _RemapLocks.OFFSET
+        out = np.zeros(32, dtype=np.int32)
+        pyoffload.memcpy(out, dev_ptr + 128, 128)
+        assert np.array_equal(out, np.arange(32, 64, dtype=np.int32))
+        with pytest.raises(OffloadError) as err:
+            pyoffload.memcpy(out, dev_ptr + 200, 128)
+        assert err.value.errc is Errc.INVALID_SIZE
+        host.unlock(buf)
+    finally:
+        runtime.remove_wrapper(_RemapLocks.factory)
