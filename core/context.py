@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from .enums import AllocKind
 from .errors import InvalidArgumentError
+from .memory import allocate
 
 if TYPE_CHECKING:
     from .device import Device
@@ -60,8 +61,6 @@ class Context:
     def alloc(self, size: int, kind: AllocKind = AllocKind.DEVICE, device: Device | None = None) -> Allocation:
         """Allocate ``size`` bytes of ``kind``; ``device`` defaults to the context's first device
         (ignored for HOST memory, which has none)."""
-        from .memory import allocate
-
         return allocate(self, device, size, kind)
 
     def close(self) -> None:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from .backend import DeviceDesc, PlatformDesc
 from .enums import AllocKind, DeviceType
+from .memory import allocate
 
 if TYPE_CHECKING:
     from .context import Context
@@ -106,7 +107,8 @@ class Device:
 
     def alloc(self, size: int, kind: AllocKind = AllocKind.DEVICE) -> Allocation:
         """Allocate in the platform's default context; HOST memory belongs to no device."""
-        return self.default_context.alloc(size, kind, device=self)
+        ctx = self.platform._default_context or self.platform.default_context
+        return allocate(ctx, self, size, kind)
 
     def create_queue(self, profiling: bool = False, context: Context | None = None) -> Queue:
         from .queue import Queue

@@ -9,10 +9,9 @@ end of an allocation is an ``INVALID_SIZE`` error, never a fault in the driver.
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .enums import AllocKind, MemAdvice, MemoryConnection
 from .errors import (
@@ -125,8 +124,7 @@ class Allocation:
         return f"<pyoffload.Allocation {self.kind.name} 0x{self.ptr:x} size={self.size} on {where}{state}>"
 
 
-@dataclasses.dataclass(frozen=True)
-class MemInfo:
+class MemInfo(NamedTuple):
     """What ``mem_info(ptr)`` reports: the allocation containing ``ptr``."""
 
     base: int
@@ -210,9 +208,8 @@ def allocate(ctx: Context, device: Device | None, size: int, kind: AllocKind,
     try:
         with rt.lock:
             for _ in range(_COLLISION_RETRIES):
-                if not rt.registry.overlapping(alloc.ptr, alloc.ptr + size):
-                    rt.registry.insert(alloc.ptr, alloc.ptr + size, alloc)
-                    ctx._allocs[alloc.ptr] = alloc
+                if not _collides(rt, ctx.backend, alloc.ptr, alloc.ptr + size):
+                    _register(rt, alloc)
                     break
                 # Two backends handed out overlapping addresses: keep this block aside so the
                 # backend cannot return it again, and ask for another (as liboffload does).
@@ -227,9 +224,43 @@ def allocate(ctx: Context, device: Device | None, size: int, kind: AllocKind,
     finally:
         for h in held:
             _release_block(h)
-    tracker.forget_freed(alloc.ptr)
-    tracker.allocated(alloc)
+    if tracker.on:
+        tracker.allocated(alloc)
     return alloc
+
+
+def _collides(rt: Runtime, backend: str, base: int, end: int) -> bool:
+    """Whether ``[base, end)`` overlaps a live allocation.  A backend's own allocator never
+    returns overlapping live blocks, so the full range check is made only while another backend
+    has live memory too (that is where address spaces can coincide)."""
+    registry = rt.registry
+    if registry.get(base) is not None:
+        return True
+    live = rt.live_per_backend
+    if len(live) > 1 or (live and backend not in live):
+        return bool(registry.overlapping(base, end))
+    return False
+
+
+def _register(rt: Runtime, alloc: Allocation) -> None:
+    rt.registry.insert(alloc.ptr, alloc.ptr + alloc.size, alloc)
+    alloc.context._allocs[alloc.ptr] = alloc
+    live = rt.live_per_backend
+    backend = alloc.context.backend
+    live[backend] = live.get(backend, 0) + 1
+
+
+def _unregister(rt: Runtime, alloc: Allocation) -> None:
+    rt.epoch += 1
+    rt.registry.remove(alloc.ptr)
+    alloc.context._allocs.pop(alloc.ptr, None)
+    live = rt.live_per_backend
+    backend = alloc.context.backend
+    if live[backend] == 1:
+        del live[backend]
+    else:
+        live[backend] -= 1
+    rt.tracker.freed_alloc(alloc)
 
 
 def _release_block(alloc: Allocation) -> None:
@@ -315,9 +346,7 @@ def free(target: Allocation | int, kind: AllocKind | None = None) -> None:
         alloc._live = True  # the backend kept it: it stays allocated and registered
         raise
     with rt.lock:
-        rt.registry.remove(alloc.ptr)
-        alloc.context._allocs.pop(alloc.ptr, None)
-    rt.tracker.freed_alloc(alloc)
+        _unregister(rt, alloc)
 
 
 def mem_info(ptr: Allocation | int) -> MemInfo:
@@ -351,6 +380,8 @@ def release_all(rt: Runtime, warn: Callable[[str, BaseException], None]) -> None
         except BaseException as exc:
             warn(f"freeing {alloc!r}", exc)
     rt.registry.clear()
+    rt.live_per_backend.clear()
+    rt.epoch += 1
     for ctx in rt.contexts:
         ctx._allocs.clear()
         for pool in ctx._pools.values():

@@ -119,6 +119,7 @@ class Program:
             self._disp.unload_binary_impl(self.device.handle, self.handle)
         finally:
             self._state = _UNLOADED
+            self._rt.epoch += 1
             self._rt.programs.pop(self._seq, None)
 
     def __enter__(self) -> Program:

@@ -13,6 +13,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from .backend import LocalMemory
 from .enums import AllocKind, MemoryConnection
 from .errors import (
@@ -31,6 +33,10 @@ if TYPE_CHECKING:
 
 
 def _dims(value: Any, what: str) -> tuple[int, int, int]:
+    if type(value) is int and value > 0:
+        return (value, 1, 1)
+    if type(value) is tuple and len(value) == 3 and all(type(d) is int and d > 0 for d in value):
+        return value  # type: ignore[return-value]
     if isinstance(value, int) and not isinstance(value, bool):
         value = (value,)
     try:
@@ -122,6 +128,7 @@ class Queue:
         if not self._live:
             return
         self._live = False
+        self._rt.epoch += 1
         try:
             self._disp.queue_synchronize_impl(self.device.handle, self.handle)
         finally:
@@ -175,8 +182,6 @@ class Queue:
         raise InvalidArgumentError(f"launch argument {i}: {alloc!r} is not usable by kernels on {self.device.id}")
 
     def _args(self, kernel: Kernel, args: Sequence[Any], holds: list[Allocation]) -> tuple[Any, ...]:
-        import numpy as np
-
         if not isinstance(args, (list, tuple)):
             raise InvalidArgumentError(f"launch: args must be a list or tuple, got {type(args).__name__}")
         out: list[Any] = []
@@ -208,7 +213,9 @@ class Queue:
                     f"launch argument {i}: {a!r} ({t.__name__}) is not an Allocation, pointer, numpy "
                     "scalar or LocalMemory; pass scalars as numpy scalars, e.g. numpy.float32(2.0)"
                 )
-        sig = kernel.signature
+        sig = kernel._signature
+        if sig is False:
+            sig = kernel.signature
         if sig is not None:
             self._check_signature(kernel, sig, out)
         return tuple(out)
@@ -339,10 +346,10 @@ class Queue:
                 alloc._live = True
                 raise
             if ev is not None:
+                from .memory import _unregister
+
                 with self._rt.lock:
-                    self._rt.registry.remove(alloc.ptr)
-                    alloc.context._allocs.pop(alloc.ptr, None)
-                self._rt.tracker.freed_alloc(alloc)
+                    _unregister(self._rt, alloc)
                 return Event(self, ev)
             alloc._live = True
         self.wait()
@@ -362,10 +369,12 @@ class PreparedLaunch:
 
     The backend's prepared callable is invoked directly when no wrapper plugin is active;
     otherwise each call goes through ``launch_impl`` so tracing and fault injection see it.
-    Each call still checks that the program is loaded and the bound allocations are live.
+    The checks (queue live, program loaded, bound allocations live, wrappers unchanged) are
+    repeated only when the runtime's epoch moved: anything that could invalidate them (a free,
+    an unload, a queue destroyed, a wrapper added or removed, shutdown) bumps it.
     """
 
-    __slots__ = ("queue", "kernel", "grid", "block", "args", "_holds", "_fast")
+    __slots__ = ("queue", "kernel", "grid", "block", "args", "_holds", "_fast", "_call", "_epoch")
 
     def __init__(self, queue: Queue, kernel: Kernel, grid: tuple[int, int, int], block: tuple[int, int, int],
                  args: tuple[Any, ...], holds: tuple[Allocation, ...], fast: Callable[[], Any] | None) -> None:
@@ -376,19 +385,29 @@ class PreparedLaunch:
         self.args = args
         self._holds = holds
         self._fast = fast
+        self._epoch = -1
+        self._call: Callable[[], Any] = self._through_hook
 
-    def __call__(self) -> Event:
+    def _through_hook(self) -> Any:
         q = self.queue
-        if not q._live or self.kernel.program._state != "loaded":
-            q._check_live()
-            self.kernel.program._check_loaded()
+        return q._disp.launch_impl(q.device.handle, q.handle, self.kernel.handle, self.grid, self.block, self.args)
+
+    def _revalidate(self) -> None:
+        q = self.queue
+        epoch = q._rt.epoch
+        q._check_live()
+        self.kernel.program._check_loaded()
         for a in self._holds:
             if not a._live:
                 raise InvalidArgumentError(f"prepared launch of {self.kernel.name!r}: {a!r} was freed")
-        disp = q._disp
-        if self._fast is not None and disp.direct:
-            return Event(q, self._fast())
-        return Event(q, disp.launch_impl(q.device.handle, q.handle, self.kernel.handle, self.grid, self.block, self.args))
+        self._call = self._fast if self._fast is not None and q._disp.direct else self._through_hook
+        self._epoch = epoch
+
+    def __call__(self) -> Event:
+        q = self.queue
+        if self._epoch != q._rt.epoch:
+            self._revalidate()
+        return Event(q, self._call())
 
     launch = __call__
 

@@ -47,6 +47,9 @@ class Runtime:
         self.queues: dict[int, Queue] = {}
         self._next_program = 0
         self.registry: IntervalMap[Allocation] = IntervalMap()
+        self.live_per_backend: dict[str, int] = {}
+        # Bumped by anything that can invalidate a checked-once fast path (see PreparedLaunch).
+        self.epoch = 0
         self.tracker = Tracker()
         self.pool_threshold = threshold_from_env()
 
@@ -171,6 +174,7 @@ def add_wrapper(factory: WrapperFactory) -> None:
             for backend in _current.backends:
                 backend.pm.register(factory(backend.name), name=f"wrapper-{id(factory)}")
                 backend.dispatch.rebuild()
+            _current.epoch += 1
 
 
 def remove_wrapper(factory: WrapperFactory) -> None:
@@ -180,6 +184,7 @@ def remove_wrapper(factory: WrapperFactory) -> None:
             for backend in _current.backends:
                 backend.pm.unregister(name=f"wrapper-{id(factory)}")
                 backend.dispatch.rebuild()
+            _current.epoch += 1
 
 
 def _warn(what: str, exc: BaseException) -> None:
@@ -193,6 +198,7 @@ def teardown(rt: Runtime) -> None:
     with rt.lock:
         if not rt.alive:
             return
+        rt.epoch += 1
         for program in reversed(list(rt.programs.values())):
             try:
                 program._release(teardown=True)
@@ -217,6 +223,7 @@ def teardown(rt: Runtime) -> None:
             except BaseException as exc:
                 _warn(f"deinit of backend {backend.name!r}", exc)
         rt.alive = False
+        rt.epoch += 1
 
 
 def shutdown() -> None:

@@ -69,27 +69,24 @@ class Tracker:
     def _key(alloc: Allocation) -> str:
         return alloc.device.id if alloc.device is not None else f"{alloc.context.backend}-host-memory"
 
-    def allocated(self, alloc: Allocation) -> None:
-        if self.on:
-            self.stats.setdefault(self._key(alloc), DeviceStats()).on_alloc(alloc.size)
-
     def freed_alloc(self, alloc: Allocation) -> None:
-        if self.on:
-            self.stats.setdefault(self._key(alloc), DeviceStats()).on_free(alloc.size)
-        self.freed[alloc.ptr] = (alloc.origin or "", origin() if self.on else "")
+        if not self.on:
+            return
+        self.stats.setdefault(self._key(alloc), DeviceStats()).on_free(alloc.size)
+        self.freed[alloc.ptr] = (alloc.origin or "", origin())
         if len(self.freed) > FREED_HISTORY:
             self.freed.popitem(last=False)
 
-    def forget_freed(self, ptr: int) -> None:
-        self.freed.pop(ptr, None)
+    def allocated(self, alloc: Allocation) -> None:
+        """Called only while tracking is on (the allocation path checks first)."""
+        self.stats.setdefault(self._key(alloc), DeviceStats()).on_alloc(alloc.size)
+        self.freed.pop(alloc.ptr, None)
 
     def history(self, ptr: int) -> str:
         hit = self.freed.get(ptr)
         if hit is None:
-            return ""
+            return "" if self.on else " (PYOFFLOAD_TRACK_ALLOCATIONS=1 records where memory was allocated and freed)"
         made, freed = hit
-        if not freed:
-            return " (already freed; PYOFFLOAD_TRACK_ALLOCATIONS=1 records where)"
         return f" (allocated at {made}, freed at {freed})"
 
 

@@ -23,7 +23,7 @@ def rows() -> list[tuple[str, dict[str, str], list[str], str | None]]:
     """(name, extra environment, pytest arguments, backend whose devices must appear)."""
     out: list[tuple[str, dict[str, str], list[str], str | None]] = [
         # the core's own tests use the host backend and their own test backends only
-        ("unit", {"PYOFFLOAD_PLUGINS": "twin"}, [str(ROOT / "tests")], None),
+        ("unit", {"PYOFFLOAD_PLUGINS": "twin,opencl", "POCL_DEVICES": "pthread pthread"}, [str(ROOT / "tests")], None),
     ]
     # each plugin's own tests in a session of their own: their module names may coincide
     for tests in sorted((ROOT / "plugins").glob("*/tests")):
