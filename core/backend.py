@@ -64,6 +64,7 @@ class PlatformDesc:
     version: str
     devices: tuple[DeviceDesc, ...]
     handle: Any = None
+    short_name: str = ""  # for device ids such as ``opencl-pocl-cpu-0``; default: from ``name``
 
 
 @dataclasses.dataclass(frozen=True)

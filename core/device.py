@@ -32,6 +32,7 @@ class Platform:
         self.vendor = desc.vendor
         self.version = desc.version
         self.handle = desc.handle
+        self.short_name = _slug(desc.short_name or desc.name)[:16].strip("-")
         self.devices: list[Device] = []
         self._default_context: Context | None = None
 
@@ -78,7 +79,7 @@ class Device:
         """A stable test/selector id: ``host-0``, ``opencl-pocl-cpu-0``."""
         if self.type is DeviceType.HOST:
             return f"{self.backend}-{self.index}"
-        return f"{self.backend}-{_slug(self.platform.name)[:16]}-{self.type.value}-{self.index}"
+        return f"{self.backend}-{self.platform.short_name}-{self.type.value}-{self.index}"
 
     @property
     def host_memory(self) -> bool:

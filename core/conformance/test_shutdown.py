@@ -14,9 +14,6 @@ SCRIPT = textwrap.dedent(
     import sys, numpy as np, pyoffload
     dev = [d for d in pyoffload.devices() if d.id == {dev_id!r}][0]
     imgs = dev._disp.conformance_images_impl(dev.handle)
-    host = pyoffload.host_device()
-    box = host.alloc(8)                          # host memory outlives the device's programs
-    box_view = np.frombuffer(bytearray(8), np.int32)
     p = dev.load_program(imgs["ctor_dtor"])
     out = dev.alloc(8, pyoffload.AllocKind.DEVICE)
     q = dev.create_queue()
