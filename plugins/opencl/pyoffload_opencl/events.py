@@ -56,8 +56,8 @@ def enqueue_host_function(queue: OclQueue, fn: Callable[[], None]) -> HostFuncti
             handle.done.set()
             user.set_status(cl.command_execution_status.COMPLETE)
 
+    queue.last_event = handle  # before the thread starts: fn may look at its own queue
     threading.Thread(target=run, name="pyoffload-opencl-host-fn", daemon=True).start()
-    queue.last_event = handle
     return handle
 
 

@@ -180,13 +180,15 @@ def test_free_from_a_host_function_is_deferred_not_deadlocked(dev, kernels, queu
 
     queue.launch_host_function(host_step)
     queue.launch(kernels.kernel("noop"), 1, 1, [])
-    deadline = threading.Event()
-    for _ in range(200):
-        if freed_inside:
-            break
-        deadline.wait(0.05)
-    assert freed_inside == [0], "free blocked, or released memory while its queue still ran"
-    gate.set()
-    queue.wait()
+    try:
+        waiter = threading.Event()
+        for _ in range(200):
+            if freed_inside:
+                break
+            waiter.wait(0.05)
+        assert freed_inside == [0], "free blocked, or released memory while its queue still ran"
+    finally:
+        gate.set()
+        queue.wait()
     svm._REAPER.drain()
     assert spy.released == 1
