@@ -22,6 +22,7 @@ from .errors import (
 )
 from . import runtime as _runtime
 from .pool import Pool
+from .program import GlobalVariable
 from .tracking import origin
 
 if TYPE_CHECKING:
@@ -368,11 +369,13 @@ def free_context_allocations(ctx: Context) -> None:
             free(alloc)
 
 
-def release_all(rt: Runtime, warn: Callable[[str, BaseException], None]) -> None:
-    """Teardown: free every live allocation; one with live host views is leaked, not freed."""
+def release_all(rt: Runtime, warn: Callable[[str, BaseException], None], at_exit: bool = False) -> None:
+    """Teardown: free every live allocation; one with live host views is leaked, not freed (at
+    interpreter exit silently: module globals still hold their views then, and the process ends)."""
     for _, _, alloc in list(rt.registry):
-        if alloc._live_views():
-            warn(f"freeing {alloc!r}", RuntimeError("host views still alive: leaked rather than left dangling"))
+        if alloc._views and alloc._live_views():
+            if not at_exit:
+                warn(f"freeing {alloc!r}", RuntimeError("host views still alive: leaked rather than left dangling"))
             continue
         alloc._live = False
         try:
@@ -463,14 +466,16 @@ class _End:
 
 
 def _buffer_address(mv: memoryview) -> int:
-    import numpy as np
+    if not mv.nbytes:
+        return 0
+    if not mv.readonly:
+        return ctypes.addressof(ctypes.c_char.from_buffer(mv))
+    import numpy as np  # the one portable way to get a read-only buffer's address
 
-    return int(np.frombuffer(mv, dtype=np.uint8).ctypes.data) if mv.nbytes else 0
+    return int(np.frombuffer(mv, dtype=np.uint8).ctypes.data)
 
 
 def _resolve(rt: Runtime, obj: Any, role: str, writable: bool) -> _End:
-    from .program import GlobalVariable
-
     end = _End()
     if isinstance(obj, Allocation):
         if not obj._live:

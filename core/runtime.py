@@ -191,7 +191,7 @@ def _warn(what: str, exc: BaseException) -> None:
     warnings.warn(f"pyoffload teardown: {what} failed: {exc!r}", TeardownWarning, stacklevel=3)
 
 
-def teardown(rt: Runtime) -> None:
+def teardown(rt: Runtime, at_exit: bool = False) -> None:
     """Release everything ``rt`` holds, in dependency order; never raises."""
     from . import memory, pinning, tracking
 
@@ -210,7 +210,7 @@ def teardown(rt: Runtime) -> None:
             except BaseException as exc:
                 _warn(f"destroying {queue!r}", exc)
         tracking.report_at_deinit(rt)
-        memory.release_all(rt, _warn)
+        memory.release_all(rt, _warn, at_exit)
         pinning.release_all(rt, _warn)
         for ctx in reversed(rt.contexts):
             try:
@@ -251,6 +251,6 @@ def _atexit_teardown() -> None:
     if rt is None:
         return
     try:
-        teardown(rt)
+        teardown(rt, at_exit=True)
     except BaseException as exc:  # never let atexit raise
         _warn("interpreter-exit teardown", exc)

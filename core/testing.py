@@ -1,6 +1,6 @@
 """The conformance suite's pytest plugin: ``pytest -p pyoffload.testing --pyargs pyoffload.conformance``.
 
-* ``device``: every device discovered (ids like ``host-0``, ``opencl-portable-computing-cpu-0``),
+* ``device``: every device discovered (ids like ``host-0``, ``opencl-pocl-cpu-0``),
   so the one suite runs against every installed backend, third-party ones included.
 * ``device_pair``: two devices of one platform (skipped where there are none).
 * ``images``: the backend's conformance programs (``conformance_images_impl``).

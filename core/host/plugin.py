@@ -1,7 +1,7 @@
 """The built-in host backend: the CPU as an offload device.
 
 * Memory of every kind is host memory (64-byte aligned ``aligned_alloc``), so DEVICE, HOST and
-  MANAGED pointers are all host pointers and every copy is a ``memmove``.
+  MANAGED pointers are all host pointers and every copy is a host ``memmove``.
 * Images are ELF shared objects for this machine.  Each load gets its own instance: the bytes go
   into a fresh ``memfd`` and are ``dlopen``-ed from there, so loading the same image twice gives
   two independent copies of its globals.  The dynamic loader runs the ELF constructors at load

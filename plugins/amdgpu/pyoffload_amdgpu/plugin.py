@@ -131,7 +131,7 @@ def init_impl() -> Sequence[PlatformDesc]:
     devices = [_query_device(hip, i, driver_version, runtime_version) for i in range(int(count))]
     _state = _State(hip, devices)
     descs = tuple(DeviceDesc(d.name, "AMD", DeviceType.GPU, d) for d in devices)
-    return [PlatformDesc("AMD HIP", "AMD", f"HIP {runtime_version}", descs, handle=None)]
+    return [PlatformDesc("AMD HIP", "AMD", f"HIP {runtime_version}", descs, handle=None, short_name="hip")]
 
 
 @hookimpl

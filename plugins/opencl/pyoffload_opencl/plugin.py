@@ -73,6 +73,13 @@ def _make_device(cl_device: Any, platform_name: str, index: int) -> OclDevice:
     )
 
 
+def _short_name(platform: Any) -> str:
+    """The implementation's own tag for device ids (``opencl-pocl-cpu-0``): the word after
+    ``OpenCL <major.minor>`` in the platform version (``OpenCL 3.0 PoCL 3.1+debian ...``)."""
+    words = str(platform.version).split()
+    return words[2] if len(words) > 2 and words[0] == "OpenCL" else ""
+
+
 @hookimpl
 def init_impl() -> Sequence[PlatformDesc]:
     try:
@@ -97,7 +104,8 @@ def init_impl() -> Sequence[PlatformDesc]:
             _DEVICES.append(dev)
             descs.append(DeviceDesc(str(cl_device.name), str(cl_device.vendor).strip(), _device_type(cl_device.type), dev))
         if descs:
-            result.append(PlatformDesc(platform.name, platform.vendor, platform.version, tuple(descs), platform))
+            result.append(PlatformDesc(platform.name, platform.vendor, platform.version, tuple(descs), platform,
+                                       short_name=_short_name(platform)))
     if not result:
         raise NoDevicesError(f"{len(platforms)} OpenCL platform(s), none with a device")
     return result
