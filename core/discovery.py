@@ -71,7 +71,7 @@ def _allow_list() -> set[str] | None:
 
 def _entry_points() -> list[tuple[str, str, str, Any]]:
     """(name, distribution, version, entry point) for every entry point in the group."""
-    found = []
+    found: list[tuple[str, str, str, Any]] = []
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         dist = getattr(ep, "dist", None)
         found.append((ep.name, dist.name if dist else "?", dist.version if dist else "?", ep))

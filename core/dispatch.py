@@ -104,7 +104,6 @@ class Dispatcher:
             setattr(self, name, _wrap_errors(self.backend, name, fn))
         self.direct = direct
 
-    def implements(self, name: str, plugin: object) -> bool:
-        """Whether ``plugin`` itself (not the generic defaults) implements hook ``name``."""
-        hook = getattr(self.pm.hook, name)
-        return any(i.plugin is plugin for i in hook.get_hookimpls())
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        # Only reached for names rebuild() did not bind: every hook is set as an attribute there.
+        raise AttributeError(f"{name!r} is not a hook of backend {self.backend!r}")

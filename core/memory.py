@@ -114,7 +114,7 @@ class Allocation:
         return arr if dtype is None else arr.astype(dtype)
 
     def __buffer__(self, flags: int) -> memoryview:
-        return memoryview(self.view())
+        return memoryview(self.view())  # type: ignore[arg-type]  # ndarray is a buffer
 
     def _live_views(self) -> int:
         return sum(1 for r in self._views or () if r() is not None)
@@ -458,6 +458,8 @@ class _End:
     __slots__ = ("addr", "avail", "mv", "alloc", "device", "ctx", "host_ok")
 
     def __init__(self) -> None:
+        self.addr = 0
+        self.avail = 0
         self.mv: memoryview | None = None
         self.alloc: Allocation | None = None
         self.device: Device | None = None

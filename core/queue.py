@@ -213,9 +213,7 @@ class Queue:
                     f"launch argument {i}: {a!r} ({t.__name__}) is not an Allocation, pointer, numpy "
                     "scalar or LocalMemory; pass scalars as numpy scalars, e.g. numpy.float32(2.0)"
                 )
-        sig = kernel._signature
-        if sig is False:
-            sig = kernel.signature
+        sig = kernel.signature
         if sig is not None:
             self._check_signature(kernel, sig, out)
         return tuple(out)
@@ -240,22 +238,8 @@ class Queue:
                     f"launch argument {i} of kernel {kernel.name!r}: expected {want}, got {got}"
                 )
 
-    def launch(self, kernel: Kernel, grid: Any, block: Any, args: Sequence[Any] = ()) -> Event:
-        """Enqueue ``kernel`` on ``grid`` work-groups of ``block`` work-items."""
-        if not self._live:
-            self._check_live()
-        self._check_kernel(kernel)
-        g = _dims(grid, "grid")
-        b = _dims(block, "block")
-        holds: list[Allocation] = []
-        normalised = self._args(kernel, args, holds)
-        for a in holds:
-            used_by(a, self)
-        ev = self._disp.launch_impl(self.device.handle, self.handle, kernel.handle, g, b, normalised)
-        return Event(self, ev)
-
-    def prepare(self, kernel: Kernel, grid: Any, block: Any, args: Sequence[Any] = ()) -> PreparedLaunch:
-        """Check and bind a launch once; calling the result enqueues it again and again."""
+    def _bind(self, kernel: Kernel, grid: Any, block: Any, args: Sequence[Any]) -> tuple[Any, ...]:
+        """Check a launch; returns ``(grid, block, normalised args, allocations used)``."""
         self._check_live()
         self._check_kernel(kernel)
         g = _dims(grid, "grid")
@@ -263,7 +247,17 @@ class Queue:
         holds: list[Allocation] = []
         normalised = self._args(kernel, args, holds)
         for a in holds:
-            used_by(a, self)
+            used_by(a, self)  # freeing them now waits for this queue
+        return g, b, normalised, holds
+
+    def launch(self, kernel: Kernel, grid: Any, block: Any, args: Sequence[Any] = ()) -> Event:
+        """Enqueue ``kernel`` on ``grid`` work-groups of ``block`` work-items."""
+        g, b, normalised, _ = self._bind(kernel, grid, block, args)
+        return Event(self, self._disp.launch_impl(self.device.handle, self.handle, kernel.handle, g, b, normalised))
+
+    def prepare(self, kernel: Kernel, grid: Any, block: Any, args: Sequence[Any] = ()) -> PreparedLaunch:
+        """Check and bind a launch once; calling the result enqueues it again and again."""
+        g, b, normalised, holds = self._bind(kernel, grid, block, args)
         fast = self._disp.launch_prepare_impl(self.device.handle, self.handle, kernel.handle, g, b, normalised)
         return PreparedLaunch(self, kernel, g, b, normalised, tuple(holds), fast)
 

@@ -50,18 +50,22 @@ def _cross() -> list[tuple[Any, Any]]:
     return out
 
 
+def _or_skip(pairs: list[tuple[Any, Any]], reason: str) -> list[Any]:
+    return list(pairs) or [pytest.param(None, marks=pytest.mark.skip(reason=reason))]
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "device" in metafunc.fixturenames:
         devs = _devices()
         metafunc.parametrize("device", devs, ids=[d.id for d in devs])
     if "device_pair" in metafunc.fixturenames:
         pairs = _pairs()
-        metafunc.parametrize("device_pair", pairs or [pytest.param(None, marks=pytest.mark.skip(
-            reason="needs two devices of one platform"))], ids=[f"{a.id}+{b.index}" for a, b in pairs] or ["none"])
+        metafunc.parametrize("device_pair", _or_skip(pairs, "needs two devices of one platform"),
+                             ids=[f"{a.id}+{b.index}" for a, b in pairs] or ["none"])
     if "cross_pair" in metafunc.fixturenames:
         pairs = _cross()
-        metafunc.parametrize("cross_pair", pairs or [pytest.param(None, marks=pytest.mark.skip(
-            reason="needs a non-host backend"))], ids=[f"{a.id}+{b.id}" for a, b in pairs] or ["none"])
+        metafunc.parametrize("cross_pair", _or_skip(pairs, "needs a non-host backend"),
+                             ids=[f"{a.id}+{b.id}" for a, b in pairs] or ["none"])
 
 
 def _item_device(item: pytest.Item) -> Any:

@@ -64,7 +64,7 @@ def _inspect(digest: bytes, image: bytes) -> ImageInfo:
     elf = ELFFile(io.BytesIO(image))
     symbols: list[SymbolDesc] = []
     dynsym = elf.get_section_by_name(".dynsym")
-    for sym in dynsym.iter_symbols() if dynsym is not None else ():
+    for sym in getattr(dynsym, "iter_symbols", lambda: ())():
         if sym["st_shndx"] == "SHN_UNDEF" or sym.name in _RUNTIME_SYMBOLS or not sym.name:
             continue
         if sym["st_info"]["bind"] not in ("STB_GLOBAL", "STB_WEAK"):
@@ -128,7 +128,7 @@ def _signatures(elf: Any, kernels: set[str]) -> dict[str, tuple[str, ...]]:
                 name = die.attributes["DW_AT_name"].value.decode()
                 if name not in kernels or name in sigs or "DW_AT_declaration" in die.attributes:
                     continue
-                params = []
+                params: list[str] | None = []
                 for child in die.iter_children():
                     if child.tag == "DW_TAG_unspecified_parameters":
                         params = None
@@ -138,7 +138,7 @@ def _signatures(elf: Any, kernels: set[str]) -> dict[str, tuple[str, ...]]:
                         if kind is None:
                             params = None
                             break
-                        params.append(kind)
+                        params.append(kind)  # type: ignore[union-attr]
                 if params is not None:
                     sigs[name] = tuple(params)
     except Exception:  # incomplete or exotic DWARF: launch without a signature check
