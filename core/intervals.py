@@ -15,12 +15,86 @@ Not synchronised: callers hold their own lock around compound operations.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterator
 from typing import Generic, TypeVar
 
-from sortedcontainers import SortedList
-
 V = TypeVar("V")
+
+
+class SortedIndex:
+    """Sorted ints in a list of bounded sub-lists (the layout of sortedcontainers' SortedList):
+    insert and remove move at most ``2 * LOAD`` items, and finding the largest item <= x is two C
+    bisections, with no positional bookkeeping (which is what makes ``SortedList[i]`` slow)."""
+
+    LOAD = 512
+    __slots__ = ("_lists", "_maxes")
+
+    def __init__(self) -> None:
+        self._lists: list[list[int]] = []
+        self._maxes: list[int] = []
+
+    def __len__(self) -> int:
+        return sum(len(sub) for sub in self._lists)
+
+    def add(self, x: int) -> None:
+        lists, maxes = self._lists, self._maxes
+        if not maxes:
+            lists.append([x])
+            maxes.append(x)
+            return
+        pos = bisect_left(maxes, x)
+        if pos == len(maxes):
+            pos -= 1
+            sub = lists[pos]
+            sub.append(x)
+            maxes[pos] = x
+        else:
+            sub = lists[pos]
+            insort(sub, x)
+        if len(sub) > 2 * self.LOAD:
+            half = sub[self.LOAD:]
+            del sub[self.LOAD:]
+            maxes[pos] = sub[-1]
+            lists.insert(pos + 1, half)
+            maxes.insert(pos + 1, half[-1])
+
+    def remove(self, x: int) -> None:
+        lists, maxes = self._lists, self._maxes
+        pos = bisect_left(maxes, x)
+        sub = lists[pos]
+        del sub[bisect_left(sub, x)]
+        if sub:
+            maxes[pos] = sub[-1]
+        else:
+            del lists[pos]
+            del maxes[pos]
+
+    def floor(self, x: int) -> int | None:
+        """The largest item <= ``x``, or ``None``."""
+        maxes = self._maxes
+        pos = bisect_left(maxes, x)
+        if pos == len(maxes):
+            return maxes[-1] if maxes else None
+        sub = self._lists[pos]
+        j = bisect_right(sub, x) - 1
+        if j >= 0:
+            return sub[j]
+        return maxes[pos - 1] if pos else None
+
+    def iter_from(self, x: int) -> Iterator[int]:
+        """Items >= the floor of ``x`` (or from the first item), in order."""
+        maxes = self._maxes
+        start = self.floor(x)
+        pos = bisect_left(maxes, start) if start is not None else 0
+        for k in range(pos, len(self._lists)):
+            sub = self._lists[k]
+            j = bisect_left(sub, start) if start is not None and k == pos else 0
+            yield from sub[j:]
+
+    def clear(self) -> None:
+        self._lists.clear()
+        self._maxes.clear()
 
 
 class IntervalMap(Generic[V]):
@@ -28,7 +102,7 @@ class IntervalMap(Generic[V]):
 
     def __init__(self) -> None:
         self._entries: dict[int, tuple[int, V]] = {}
-        self._index: SortedList = SortedList()
+        self._index = SortedIndex()
         self._to_add: set[int] = set()  # in _entries, not yet in _index
         self._to_remove: set[int] = set()  # in _index, no longer in _entries
 
@@ -46,7 +120,8 @@ class IntervalMap(Generic[V]):
                 self._index.remove(base)
             self._to_remove.clear()
         if self._to_add:
-            self._index.update(self._to_add)
+            for base in sorted(self._to_add):
+                self._index.add(base)
             self._to_add.clear()
 
     def get(self, base: int) -> tuple[int, V] | None:
@@ -60,10 +135,9 @@ class IntervalMap(Generic[V]):
             return addr, hit[0], hit[1]
         if self._to_add or self._to_remove:
             self._sync()
-        i = self._index.bisect_right(addr) - 1
-        if i < 0:
+        base = self._index.floor(addr)
+        if base is None:
             return None
-        base = self._index[i]
         end, value = self._entries[base]
         return (base, end, value) if addr < end else None
 
@@ -72,16 +146,12 @@ class IntervalMap(Generic[V]):
         if self._to_add or self._to_remove:
             self._sync()
         found = []
-        index = self._index
-        i = max(index.bisect_right(base) - 1, 0)
-        while i < len(index):
-            b = index[i]
+        for b in self._index.iter_from(base):
             if b >= end:
                 break
             e, value = self._entries[b]
             if e > base:
                 found.append((b, e, value))
-            i += 1
         return found
 
     def insert(self, base: int, end: int, value: V) -> None:

@@ -14,9 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from . import runtime as _runtime
 from .enums import AllocKind
 from .errors import InvalidArgumentError, InvalidSizeError
 from .intervals import IntervalMap
+from .memory import Allocation, _buffer_address
 
 if TYPE_CHECKING:
     from .device import Device
@@ -63,8 +65,6 @@ def _pins(device: Device) -> PinnedMap:
 
 
 def _host_range(buffer: Any, what: str) -> tuple[int, int]:
-    from .memory import Allocation, _buffer_address
-
     if isinstance(buffer, Allocation):
         raise InvalidArgumentError(f"{what}: {buffer!r} is an allocation, not a host buffer")
     try:
@@ -151,17 +151,15 @@ def unlock(device: Device, buffer: Any) -> None:
 def is_pinned(ptr: Any) -> bool:
     """Whether a host address (or buffer) lies in memory pinned for any device, HOST memory
     allocated through pyoffload included."""
-    from .runtime import current
-
-    rt = current()
+    rt = _runtime.current()
     if isinstance(ptr, int) and not isinstance(ptr, bool):
         addr = ptr
     else:
         addr, _ = _host_range(ptr, "is_pinned")
-    hit = rt.registry.find(addr)
-    if hit is not None and hit[2].kind is AllocKind.HOST:
+    if find_pinned(rt, addr) is not None:
         return True
-    return find_pinned(rt, addr) is not None
+    hit = rt.registry.find(addr)
+    return hit is not None and hit[2].kind is AllocKind.HOST
 
 
 def find_pinned(rt: Runtime, addr: int, device_addresses: bool = False) -> tuple[int, int] | None:

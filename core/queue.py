@@ -25,6 +25,7 @@ from .errors import (
     InvalidValueError,
 )
 from .memory import Allocation, allocate, check_size, free, memcpy, memfill, memory_connection, used_by
+from .pinning import device_pointer
 from .program import GlobalVariable, Kernel
 
 if TYPE_CHECKING:
@@ -153,8 +154,6 @@ class Queue:
             raise InvalidArgumentError(f"launch: {kernel!r} is loaded on {kernel.program.device!r}, not {self.device!r}")
 
     def _pointer(self, i: int, value: int, holds: list[Allocation]) -> int:
-        from .pinning import device_pointer
-
         if value == 0:
             return 0
         hit = self._rt.registry.find(value)

@@ -133,3 +133,31 @@ def test_memcpy_accepts_the_device_address_of_a_locked_range(host):
         host.unlock(buf)
     finally:
         runtime.remove_wrapper(_RemapLocks.factory)
+
+
+def test_sorted_index_against_a_sorted_list(monkeypatch):
+    import random
+
+    from pyoffload.intervals import SortedIndex
+
+    monkeypatch.setattr(SortedIndex, "LOAD", 8)  # many sub-lists: splits and empties happen
+    idx, ref = SortedIndex(), []
+    rng = random.Random(0)
+    for step in range(5000):
+        if ref and rng.random() < 0.45:
+            x = ref.pop(rng.randrange(len(ref)))
+            idx.remove(x)
+        else:
+            x = rng.randrange(10**6)
+            if x in ref:
+                continue
+            ref.append(x)
+            idx.add(x)
+        if step % 37 == 0:
+            ref.sort()
+            assert list(idx.iter_from(-1)) == ref
+            q = rng.randrange(10**6)
+            below = [y for y in ref if y <= q]
+            assert idx.floor(q) == (below[-1] if below else None)
+            assert list(idx.iter_from(q)) == (ref[len(below) - 1:] if below else ref)
+    assert len(idx) == len(ref)
