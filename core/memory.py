@@ -209,7 +209,7 @@ def allocate(ctx: Context, device: Device | None, size: int, kind: AllocKind,
     try:
         with rt.lock:
             for _ in range(_COLLISION_RETRIES):
-                if not _collides(rt, ctx.backend, alloc.ptr, alloc.ptr + size):
+                if not _collides(rt, ctx._backend.name, alloc.ptr, alloc.ptr + size):
                     _register(rt, alloc)
                     break
                 # Two backends handed out overlapping addresses: keep this block aside so the
@@ -247,7 +247,7 @@ def _register(rt: Runtime, alloc: Allocation) -> None:
     rt.registry.insert(alloc.ptr, alloc.ptr + alloc.size, alloc)
     alloc.context._allocs[alloc.ptr] = alloc
     live = rt.live_per_backend
-    backend = alloc.context.backend
+    backend = alloc.context._backend.name
     live[backend] = live.get(backend, 0) + 1
 
 
@@ -256,12 +256,13 @@ def _unregister(rt: Runtime, alloc: Allocation) -> None:
     rt.registry.remove(alloc.ptr)
     alloc.context._allocs.pop(alloc.ptr, None)
     live = rt.live_per_backend
-    backend = alloc.context.backend
+    backend = alloc.context._backend.name
     if live[backend] == 1:
         del live[backend]
     else:
         live[backend] -= 1
-    rt.tracker.freed_alloc(alloc)
+    if rt.tracker.on:
+        rt.tracker.freed_alloc(alloc)
 
 
 def _release_block(alloc: Allocation) -> None:
@@ -339,6 +340,11 @@ def free(target: Allocation | int, kind: AllocKind | None = None) -> None:
     rt.check_alive()
     with rt.lock:
         alloc = _claim_for_free(rt, target, kind)
+        if alloc._bucket and not alloc._queues:
+            # A pooled block with no queued work: back to its bucket, no backend call at all.
+            alloc.context._pools[id(alloc.device)].give(alloc.ptr, alloc._bucket)
+            _unregister(rt, alloc)
+            return
     try:
         if alloc._queues:
             _drain_users(alloc)

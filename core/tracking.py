@@ -70,8 +70,7 @@ class Tracker:
         return alloc.device.id if alloc.device is not None else f"{alloc.context.backend}-host-memory"
 
     def freed_alloc(self, alloc: Allocation) -> None:
-        if not self.on:
-            return
+        """Called only while tracking is on (the free path checks first)."""
         self.stats.setdefault(self._key(alloc), DeviceStats()).on_free(alloc.size)
         self.freed[alloc.ptr] = (alloc.origin or "", origin())
         if len(self.freed) > FREED_HISTORY:
