@@ -10,6 +10,7 @@ import functools
 import hashlib
 import io
 import platform
+import struct
 from typing import Any
 
 from ..backend import InvalidBinaryError, SymbolDesc, SymbolKind
@@ -37,20 +38,8 @@ class ImageInfo:
         return None
 
 
-def check_image(image: bytes) -> None:
-    """Raise InvalidBinaryError unless ``image`` is a shared object for this machine."""
-    from elftools.elf.elffile import ELFFile
-
-    if image[:4] != b"\x7fELF":
-        raise InvalidBinaryError(
-            f"host backend: image is not an ELF shared object (starts with {image[:4]!r}); "
-            "build one with `cc -shared -fPIC`"
-        )
-    try:
-        elf = ELFFile(io.BytesIO(image))
-        e_type, machine = elf.header["e_type"], elf.header["e_machine"]
-    except Exception as exc:
-        raise InvalidBinaryError(f"host backend: malformed ELF image: {exc}") from None
+def _check_header(elf: Any) -> None:
+    e_type, machine = elf.header["e_type"], elf.header["e_machine"]
     if e_type != "ET_DYN":
         raise InvalidBinaryError(f"host backend: ELF image is {e_type}, not a shared object (ET_DYN)")
     if machine != HOST_MACHINE:
@@ -62,6 +51,7 @@ def _inspect(digest: bytes, image: bytes) -> ImageInfo:
     from elftools.elf.elffile import ELFFile
 
     elf = ELFFile(io.BytesIO(image))
+    _check_header(elf)
     symbols: list[SymbolDesc] = []
     dynsym = elf.get_section_by_name(".dynsym")
     for sym in getattr(dynsym, "iter_symbols", lambda: ())():
@@ -81,12 +71,19 @@ def _inspect(digest: bytes, image: bytes) -> ImageInfo:
 
 
 def inspect_image(image: bytes) -> ImageInfo:
+    """Check that ``image`` is a shared object for this machine and read its symbols and kernel
+    signatures; raises InvalidBinaryError otherwise.  Cached per distinct image."""
     from elftools.common.exceptions import ELFError
 
+    if image[:4] != b"\x7fELF":
+        raise InvalidBinaryError(
+            f"host backend: image is not an ELF shared object (starts with {image[:4]!r}); "
+            "build one with `cc -shared -fPIC`"
+        )
     try:
         return _inspect(hashlib.blake2b(image, digest_size=16).digest(), image)
-    except ELFError as exc:  # a header that parses but a body that does not: a truncated image
-        raise InvalidBinaryError(f"host backend: malformed ELF image: {exc}") from None
+    except (ELFError, KeyError, ValueError, struct.error) as exc:  # truncated or malformed
+        raise InvalidBinaryError(f"host backend: malformed ELF image: {exc!r}") from None
 
 
 def _type_kind(die) -> str | None:  # type: ignore[no-untyped-def]
