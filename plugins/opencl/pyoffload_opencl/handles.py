@@ -33,6 +33,7 @@ class OclDevice:
     # copy, which is why this backend offers the program state block instead (see state.py).
     program_scope_globals: bool
     il_version: str
+    max_alloc: int  # CL_DEVICE_MAX_MEM_ALLOC_SIZE, read once: allocation checks it every time
 
     @property
     def name(self) -> str:

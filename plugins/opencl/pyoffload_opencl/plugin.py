@@ -70,6 +70,7 @@ def _make_device(cl_device: Any, platform_name: str, index: int) -> OclDevice:
         address_bits=int(cl_device.address_bits),
         program_scope_globals=int(info("MAX_GLOBAL_VARIABLE_SIZE", 0)) > 0,
         il_version=str(info("IL_VERSION", "") or ""),
+        max_alloc=int(cl_device.max_mem_alloc_size),
     )
 
 

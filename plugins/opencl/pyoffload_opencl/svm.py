@@ -124,7 +124,7 @@ def allocate(context: OclContext, device: OclDevice | None, size: int, kind: All
     flags = cl.svm_mem_flags.READ_WRITE
     if kind is not AllocKind.DEVICE:
         flags |= cl.svm_mem_flags.SVM_FINE_GRAIN_BUFFER
-    max_alloc = min(int(d.cl_device.max_mem_alloc_size) for d in devices)
+    max_alloc = min(d.max_alloc for d in devices)
     if size > max_alloc:
         raise OutOfResourcesError(
             f"{size} bytes exceeds the device's largest allocation ({max_alloc} bytes)"
