@@ -210,7 +210,7 @@ def allocate(ctx: Context, device: Device | None, size: int, kind: AllocKind,
         with rt.lock:
             for _ in range(_COLLISION_RETRIES):
                 if not _collides(rt, ctx._backend.name, alloc.ptr, alloc.ptr + size):
-                    _register(rt, alloc)
+                    register(rt, alloc)
                     break
                 # Two backends handed out overlapping addresses: keep this block aside so the
                 # backend cannot return it again, and ask for another (as liboffload does).
@@ -243,7 +243,7 @@ def _collides(rt: Runtime, backend: str, base: int, end: int) -> bool:
     return False
 
 
-def _register(rt: Runtime, alloc: Allocation) -> None:
+def register(rt: Runtime, alloc: Allocation) -> None:
     rt.registry.insert(alloc.ptr, alloc.ptr + alloc.size, alloc)
     alloc.context._allocs[alloc.ptr] = alloc
     live = rt.live_per_backend
@@ -251,7 +251,7 @@ def _register(rt: Runtime, alloc: Allocation) -> None:
     live[backend] = live.get(backend, 0) + 1
 
 
-def _unregister(rt: Runtime, alloc: Allocation) -> None:
+def unregister(rt: Runtime, alloc: Allocation) -> None:
     rt.epoch += 1
     rt.registry.remove(alloc.ptr)
     alloc.context._allocs.pop(alloc.ptr, None)
@@ -291,7 +291,7 @@ def used_by(alloc: Allocation, queue: Queue) -> None:
         users.add(queue)
 
 
-def _drain_users(alloc: Allocation) -> None:
+def drain_users(alloc: Allocation) -> None:
     # As cudaFree: memory still used by queued work is released only once that work is done,
     # so a kernel can never write into the next allocation at the same address.
     users, alloc._queues = alloc._queues, None
@@ -300,7 +300,7 @@ def _drain_users(alloc: Allocation) -> None:
             queue._disp.queue_synchronize_impl(queue.device.handle, queue.handle)
 
 
-def _claim_for_free(rt: Runtime, target: Any, kind: AllocKind | None) -> Allocation:
+def claim_for_free(rt: Runtime, target: Any, kind: AllocKind | None) -> Allocation:
     if isinstance(target, Allocation):
         alloc = target
         if not alloc._live:
@@ -339,21 +339,21 @@ def free(target: Allocation | int, kind: AllocKind | None = None) -> None:
     rt = target.context._rt if isinstance(target, Allocation) else _runtime.current()
     rt.check_alive()
     with rt.lock:
-        alloc = _claim_for_free(rt, target, kind)
+        alloc = claim_for_free(rt, target, kind)
         if alloc._bucket and not alloc._queues:
             # A pooled block with no queued work: back to its bucket, no backend call at all.
             alloc.context._pools[id(alloc.device)].give(alloc.ptr, alloc._bucket)
-            _unregister(rt, alloc)
+            unregister(rt, alloc)
             return
     try:
         if alloc._queues:
-            _drain_users(alloc)
+            drain_users(alloc)
         _release_block(alloc)
     except BaseException:
         alloc._live = True  # the backend kept it: it stays allocated and registered
         raise
     with rt.lock:
-        _unregister(rt, alloc)
+        unregister(rt, alloc)
 
 
 def mem_info(ptr: Allocation | int) -> MemInfo:

@@ -24,7 +24,20 @@ from .errors import (
     InvalidHandleError,
     InvalidValueError,
 )
-from .memory import Allocation, allocate, check_size, free, memcpy, memfill, memory_connection, used_by
+from .memory import (
+    Allocation,
+    claim_for_free,
+    drain_users,
+    unregister,
+    allocate,
+    check_size,
+    free,
+    mem_info,
+    memcpy,
+    memfill,
+    memory_connection,
+    used_by,
+)
 from .pinning import device_pointer
 from .program import GlobalVariable, Kernel
 
@@ -294,22 +307,17 @@ class Queue:
         allocate, which gives the same observable order."""
         self._check_live()
         size = check_size(size)
-        ctx, dev = self.context, self.device
-        device_handle = dev.handle if kind is not AllocKind.HOST else None
-        got: list[int] = []
-
-        def raw() -> int:
-            if not got:
-                ptr = self._disp.data_alloc_async_impl(ctx.handle, device_handle, self.handle, size, kind)
-                if ptr is None:
-                    raise _NoAsync
-                got.append(ptr)
-                return int(ptr)
-            # a collision retry: further blocks come from the same stream-ordered allocator
-            return int(self._disp.data_alloc_async_impl(ctx.handle, device_handle, self.handle, size, kind))
-
         if kind.__class__ is not AllocKind:
             raise InvalidArgumentError(f"kind must be a pyoffload.AllocKind, got {kind!r}")
+        ctx, dev = self.context, self.device
+        device_handle = dev.handle if kind is not AllocKind.HOST else None
+
+        def raw() -> int:
+            ptr = self._disp.data_alloc_async_impl(ctx.handle, device_handle, self.handle, size, kind)
+            if ptr is None:
+                raise _NoAsync
+            return int(ptr)
+
         try:
             return allocate(ctx, dev, size, kind, raw=raw)
         except _NoAsync:
@@ -319,8 +327,6 @@ class Queue:
     def free_async(self, ptr: Allocation | int) -> Event:
         """Free in stream order where the backend can; otherwise wait, then free."""
         self._check_live()
-        from .memory import mem_info
-
         info = mem_info(ptr)
         if info.offset:
             raise InvalidArgumentError(f"free_async: pointer points {info.offset} bytes into {info.allocation!r}")
@@ -328,23 +334,21 @@ class Queue:
         if alloc.context is not self.context:
             raise InvalidArgumentError(f"free_async: {alloc!r} is not in the queue's context {self.context!r}")
         if not alloc._bucket:
+            if alloc._queues and any(q is not self for q in alloc._queues):
+                drain_users(alloc)  # this queue orders the free; other queues must be done
             dh = alloc.device.handle if alloc.device is not None else None
             with self._rt.lock:
-                from .memory import _claim_for_free
-
-                _claim_for_free(self._rt, alloc, None)
+                claim_for_free(self._rt, alloc, None)
             try:
                 ev = self._disp.data_free_async_impl(alloc.context.handle, dh, self.handle, alloc.ptr, alloc.kind)
             except BaseException:
                 alloc._live = True
                 raise
             if ev is not None:
-                from .memory import _unregister
-
                 with self._rt.lock:
-                    _unregister(self._rt, alloc)
+                    unregister(self._rt, alloc)
                 return Event(self, ev)
-            alloc._live = True
+            alloc._live = True  # no stream-ordered free: fall back to wait, then free
         self.wait()
         free(alloc)
         return self._completed()

@@ -30,7 +30,6 @@ from pyoffload import (
     NotFoundError,
     OffloadError,
     OutOfResourcesError,
-    UnsupportedError,
 )
 from pyoffload.host.compiler import packaged_image
 

@@ -15,10 +15,9 @@ import time
 from typing import Any
 
 import numpy as np
-import pytest
 
 import pyoffload
-from pyoffload import AllocKind, OffloadError
+from pyoffload import AllocKind
 from pyoffload.host.compiler import packaged_image
 
 
