@@ -88,6 +88,23 @@ class InitFini:
     fini: tuple[str, ...] = ()
 
 
+# OpenCL C / HIP scalar type names, as images' kernel metadata spells them, -> parameter kinds
+# (the strings ``kernel_signature_impl`` returns).
+_C_SCALAR_KINDS = {
+    "char": "i8", "signed char": "i8", "uchar": "u8", "unsigned char": "u8", "bool": "u8",
+    "short": "i16", "ushort": "u16", "unsigned short": "u16",
+    "int": "i32", "uint": "u32", "unsigned int": "u32",
+    "long": "i64", "ulong": "u64", "unsigned long": "u64",
+    "half": "f16", "float": "f32", "double": "f64",
+}
+
+
+def scalar_kind(type_name: str) -> str | None:
+    """The parameter kind of an OpenCL C / HIP scalar type name (``"uint"`` -> ``"u32"``), or
+    ``None`` for anything else (vectors, structs), for ``kernel_signature_impl``."""
+    return _C_SCALAR_KINDS.get(type_name.strip())
+
+
 @dataclasses.dataclass(frozen=True)
 class LocalMemory:
     """A kernel argument that reserves ``size`` bytes of work-group local (shared) memory."""
@@ -124,4 +141,5 @@ __all__ = [
     "SymbolKind",
     "UnsupportedError",
     "hookimpl",
+    "scalar_kind",
 ]

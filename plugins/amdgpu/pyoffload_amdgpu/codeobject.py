@@ -25,7 +25,7 @@ from typing import Any
 import msgpack
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
-from pyoffload.backend import InvalidBinaryError
+from pyoffload.backend import InvalidBinaryError, scalar_kind
 
 EM_AMDGPU = 224
 NT_AMDGPU_METADATA = 32
@@ -34,28 +34,6 @@ BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
 COMPRESSED_BUNDLE_MAGIC = b"CCOB"
 INIT_KERNEL = "amdgcn.device.init"
 FINI_KERNEL = "amdgcn.device.fini"
-
-# OpenCL C / HIP type names in the metadata's ``.type_name`` -> pyoffload's argument kinds.
-_SCALAR_KINDS = {
-    "char": "i8",
-    "signed char": "i8",
-    "uchar": "u8",
-    "unsigned char": "u8",
-    "bool": "u8",
-    "short": "i16",
-    "ushort": "u16",
-    "unsigned short": "u16",
-    "int": "i32",
-    "uint": "u32",
-    "unsigned int": "u32",
-    "long": "i64",
-    "ulong": "u64",
-    "unsigned long": "u64",
-    "half": "f16",
-    "float": "f32",
-    "double": "f64",
-}
-
 
 @dataclasses.dataclass(frozen=True)
 class KernelArg:
@@ -75,7 +53,7 @@ class KernelArg:
         if self.value_kind == "dynamic_shared_pointer":
             return "local"
         if self.value_kind == "by_value":
-            return _SCALAR_KINDS.get(self.type_name.strip())
+            return scalar_kind(self.type_name)
         return None
 
 

@@ -4,27 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from pyoffload.backend import scalar_kind
+
 from .state import STATE_PARAM
-
-# OpenCL C scalar type names -> pyoffload parameter kinds.
-_SCALARS = {
-    "char": "i8",
-    "uchar": "u8",
-    "unsigned char": "u8",
-    "short": "i16",
-    "ushort": "u16",
-    "unsigned short": "u16",
-    "int": "i32",
-    "uint": "u32",
-    "unsigned int": "u32",
-    "long": "i64",
-    "ulong": "u64",
-    "unsigned long": "u64",
-    "half": "f16",
-    "float": "f32",
-    "double": "f64",
-}
-
 
 def describe(cl_kernel: Any, address_bits: int) -> tuple[list[str] | None, list[str] | None]:
     """Return ``(parameter names, parameter kinds)``; either is None where the image does not
@@ -62,7 +44,7 @@ def _kind(qual: int, type_name: str, address_bits: int) -> str | None:
         return "u64" if address_bits == 64 else "u32"
     if type_name in ("ptrdiff_t", "intptr_t"):
         return "i64" if address_bits == 64 else "i32"
-    return _SCALARS.get(type_name)
+    return scalar_kind(type_name)
 
 
 def state_index(names: list[str] | None, num_args: int) -> int | None:
