@@ -85,8 +85,8 @@ def lock(device: Device, buffer: Any) -> int:
     addr, size = _host_range(buffer, "lock")
     pins = _pins(device)
     with rt.lock:
-        hit = pins.by_host.find(addr)
-        if hit is None or addr + size > hit[1]:
+        entry = _containing(pins, addr, size)
+        if entry is None:
             over = pins.by_host.overlapping(addr, addr + size)
             if over:
                 b, e, _ = over[0]
@@ -98,11 +98,15 @@ def lock(device: Device, buffer: Any) -> int:
                 dev_ptr = device._disp.data_lock_impl(device.handle, addr, size)
                 entry = PinnedRange(addr, size, int(dev_ptr), external=False)
             pins.insert(entry)
-        else:
-            entry = hit[2]
         entry.users += 1
         entry.holds.append(buffer)
         return entry.dev_ptr + (addr - entry.base)
+
+
+def _containing(pins: PinnedMap, addr: int, size: int) -> PinnedRange | None:
+    """The locked range that holds all of ``[addr, addr + size)``, if any."""
+    hit = pins.by_host.find(addr)
+    return hit[2] if hit is not None and addr + size <= hit[1] else None
 
 
 def _external_range(device: Device, addr: int, size: int) -> PinnedRange | None:
@@ -131,10 +135,9 @@ def unlock(device: Device, buffer: Any) -> None:
     addr, size = _host_range(buffer, "unlock")
     pins = _pins(device)
     with rt.lock:
-        hit = pins.by_host.find(addr)
-        if hit is None or addr + size > hit[1]:
+        entry = _containing(pins, addr, size)
+        if entry is None:
             raise InvalidArgumentError(f"unlock: host range 0x{addr:x}+{size} is not locked for {device!r}")
-        entry = hit[2]
         if entry.users == 1 and not entry.external:
             device._disp.data_unlock_impl(device.handle, entry.base)
         entry.users -= 1
