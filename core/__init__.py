@@ -8,14 +8,16 @@ API on every backend::
     buf = dev.alloc(4 * 1024)
     pyoffload.memcpy(buf, np.arange(1024, dtype=np.int32))
 
-Importing is cheap: backends are discovered and initialised on first use.
+Importing is cheap: the modules behind the public names are imported when a name is first used,
+and backends are discovered and initialised on the first call that needs devices.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
-from .backend import LocalMemory
+from .backend import HOOK_API, LocalMemory
 from .enums import AllocKind, DeviceType, MemAdvice, MemoryConnection, SymbolKind
 from .errors import (
     BackendError,
@@ -36,39 +38,33 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
-    from .context import Context
-    from .device import Device, Platform
-    from .discovery import PluginReport
-    from .memory import Allocation, MemInfo, advise, free, mem_info, memcpy, memfill, memory_connection, prefetch
+    from .api import Context, Device, MemoryPool, devices, host_device, platforms, plugins
+    from .device import Platform
+    from .hooks.discovery import PluginReport
+    from .memory import Allocation, MemInfo, free, mem_info
     from .pinning import is_pinned
+    from .pool import PoolStats
     from .program import GlobalVariable, Kernel, Program
     from .queue import Event, PreparedLaunch, Queue
-    from .runtime import shutdown
+    from .runtime import on_shutdown, shutdown
+    from .context import memory_connection
+    from .transfer import advise, memcpy, memfill, prefetch
 
 __version__ = "0.1.0"
 
 _LAZY = {
-    "Context": "context",
-    "Device": "device",
+    "Context": "api", "Device": "api", "MemoryPool": "api",
+    "devices": "api", "host_device": "api", "platforms": "api", "plugins": "api",
     "Platform": "device",
-    "PluginReport": "discovery",
-    "Allocation": "memory",
-    "MemInfo": "memory",
-    "advise": "memory",
-    "free": "memory",
-    "mem_info": "memory",
-    "memcpy": "memory",
-    "memfill": "memory",
-    "memory_connection": "memory",
-    "prefetch": "memory",
+    "PluginReport": "hooks.discovery",
+    "Allocation": "memory", "MemInfo": "memory", "free": "memory", "mem_info": "memory",
     "is_pinned": "pinning",
-    "GlobalVariable": "program",
-    "Kernel": "program",
-    "Program": "program",
-    "Event": "queue",
-    "PreparedLaunch": "queue",
-    "Queue": "queue",
-    "shutdown": "runtime",
+    "PoolStats": "pool",
+    "GlobalVariable": "program", "Kernel": "program", "Program": "program",
+    "Event": "queue", "PreparedLaunch": "queue", "Queue": "queue",
+    "on_shutdown": "runtime", "shutdown": "runtime",
+    "advise": "transfer", "memcpy": "transfer", "memfill": "transfer", "prefetch": "transfer",
+    "memory_connection": "context",
 }
 
 
@@ -76,51 +72,21 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'pyoffload' has no attribute {name!r}")
-    import importlib
-
     value = getattr(importlib.import_module(f".{module}", __name__), name)
     globals()[name] = value
     return value
 
 
-def platforms() -> list[Platform]:
-    """Every platform of every working backend; the host platform last."""
-    from .runtime import current
-
-    return list(current().platforms)
-
-
-def devices() -> list[Device]:
-    """Every device of every working backend; the host device last."""
-    from .runtime import current
-
-    return list(current().devices)
-
-
-def host_device() -> Device:
-    """The built-in host backend's device."""
-    from .enums import DeviceType
-    from .runtime import current
-
-    for d in current().devices:
-        if d.type is DeviceType.HOST:
-            return d
-    raise NotFoundError("the host backend is not available")
-
-
-def plugins() -> list[PluginReport]:
-    """What happened to each installed plugin: ok, no devices, failed, conflict, disabled."""
-    from .runtime import current
-
-    return list(current().reports)
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 __all__ = [
-    "AllocKind", "Allocation", "BackendError", "CompileError", "Context", "Device", "DeviceType", "Errc",
-    "Event", "GlobalVariable", "InvalidArgumentError", "InvalidBinaryError", "InvalidHandleError",
+    "HOOK_API", "AllocKind", "Allocation", "BackendError", "CompileError", "Context", "Device", "DeviceType",
+    "Errc", "Event", "GlobalVariable", "InvalidArgumentError", "InvalidBinaryError", "InvalidHandleError",
     "InvalidSizeError", "InvalidValueError", "Kernel", "LeakWarning", "LocalMemory", "MemAdvice", "MemInfo",
-    "MemoryConnection", "NoDevicesError", "NotFoundError", "OffloadError", "OutOfResourcesError", "Platform",
-    "PluginReport", "PreparedLaunch", "Program", "Queue", "SymbolKind", "TeardownWarning", "UnsupportedError",
-    "advise", "devices", "free", "host_device", "is_pinned", "mem_info", "memcpy", "memfill",
-    "memory_connection", "platforms", "plugins", "prefetch", "shutdown",
+    "MemoryConnection", "MemoryPool", "NoDevicesError", "NotFoundError", "OffloadError", "OutOfResourcesError",
+    "Platform", "PluginReport", "PoolStats", "PreparedLaunch", "Program", "Queue", "SymbolKind",
+    "TeardownWarning", "UnsupportedError", "advise", "devices", "free", "host_device", "is_pinned", "mem_info",
+    "memcpy", "memfill", "memory_connection", "on_shutdown", "platforms", "plugins", "prefetch", "shutdown",
 ]

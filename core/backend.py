@@ -1,15 +1,20 @@
-"""What a backend author imports: the hook marker and the small records hooks return.
+"""What a backend author imports: the hook marker, the hook-API version and the records hooks return.
 
-A backend is a module or object with functions marked ``@hookimpl`` whose names are the hook
-specifications in :mod:`pyoffload.hookspecs`.  It is registered in the ``pyoffload.plugins``
-entry-point group::
+A backend is a module (or object) with functions marked ``@hookimpl`` named after the hook
+specifications in :mod:`pyoffload.hookspecs`, and a module attribute ``HOOK_API`` naming the
+version of the contract it was written for::
+
+    from pyoffload.backend import HOOK_API, hookimpl   # HOOK_API: declare the version you target
+
+It is registered in the ``pyoffload.plugins`` entry-point group::
 
     [project.entry-points."pyoffload.plugins"]
     mybackend = "pyoffload_mybackend.plugin"
 
-The generic layer hands each hook only the backend's own handles (whatever the backend returned
-from ``init_impl``, ``context_create_impl``, ``load_binary_impl``, ...), never pyoffload's public
-objects, so a backend never needs to know about the registry, the pool or the pinned map.
+Hooks receive only the backend's own handles (whatever it returned from ``init_impl``,
+``context_create_impl``, ``load_binary_impl``, ...), never pyoffload's public objects, so a
+backend needs to know nothing about the registry, the pools, the pinned map or the queues' ledgers.
+Every record below is described field by field in ``docs/plugin-guide.md``.
 """
 
 from __future__ import annotations
@@ -38,15 +43,25 @@ from .errors import (
 PROJECT = "pyoffload"
 ENTRY_POINT_GROUP = "pyoffload.plugins"
 
+HOOK_API: tuple[int, int] = (1, 0)
+"""The hook contract's version ``(major, minor)``.  A plugin sets ``HOOK_API`` in its module to the
+version it was written for; a plugin of another major version, or of a newer minor version than
+this runtime's, is listed by ``pyoffload plugins`` with the reason and not loaded.  Minor versions
+only add optional hooks and record fields with defaults."""
+
 hookimpl = pluggy.HookimplMarker(PROJECT)
 """Marker for backend hook implementations: ``@hookimpl def data_alloc_impl(...)``."""
 
 
 @dataclasses.dataclass(frozen=True)
 class DeviceDesc:
-    """One device as a backend reports it from ``init_impl``.
+    """One device, as a backend reports it from ``init_impl``.
 
-    ``handle`` is the backend's own object; it is what every later hook receives as ``device``.
+    ``name``/``vendor``: for people.  ``type``: GPU, CPU or ACCELERATOR for a device with memory of
+    its own; HOST only for a device whose memory *is* the host's (any pointer of it may be
+    dereferenced by the host): the generic layer then copies to and from it with ``memmove``
+    and never calls the copy hooks.  ``handle``: the backend's own object, passed back as
+    ``device`` to every later hook.
     """
 
     name: str
@@ -57,14 +72,18 @@ class DeviceDesc:
 
 @dataclasses.dataclass(frozen=True)
 class PlatformDesc:
-    """One platform (a driver instance grouping devices that can share a context)."""
+    """One platform: a driver instance whose devices can share a context.
+
+    ``short_name`` names it in device ids (``opencl-pocl-cpu-0``); empty means "from ``name``".
+    ``handle`` is informational (``Platform.handle``); no hook receives it.
+    """
 
     name: str
     vendor: str
     version: str
     devices: tuple[DeviceDesc, ...]
     handle: Any = None
-    short_name: str = ""  # for device ids such as ``opencl-pocl-cpu-0``; default: from ``name``
+    short_name: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,18 +97,44 @@ class SymbolDesc:
 
 @dataclasses.dataclass(frozen=True)
 class InitFini:
-    """Global constructor and destructor entry points of a loaded program.
+    """A program's global constructor and destructor entry points.
 
-    Each name is a kernel the generic layer launches once, with no arguments, on a 1x1x1 grid,
-    synchronously, in list order: ``init`` after load, ``fini`` before unload.
+    Each entry is the name of a kernel of the program; the generic layer launches it once, with no
+    arguments, on a 1x1x1 grid, on the context's internal queue, and waits: ``init`` in order right
+    after load, ``fini`` in order right before unload (also at shutdown and interpreter exit, in
+    reverse load order).  A platform whose loader runs constructors itself (``dlopen``) returns
+    nothing here.
     """
 
     init: tuple[str, ...] = ()
     fini: tuple[str, ...] = ()
 
 
-# OpenCL C / HIP scalar type names, as images' kernel metadata spells them, -> parameter kinds
-# (the strings ``kernel_signature_impl`` returns).
+@dataclasses.dataclass(frozen=True)
+class LocalMemory:
+    """A kernel argument that reserves ``size`` bytes of work-group local (shared) memory."""
+
+    size: int
+
+    def __post_init__(self) -> None:
+        import operator
+
+        try:
+            size = operator.index(self.size)
+        except TypeError:
+            raise TypeError(f"LocalMemory size must be an integer, got {self.size!r} ({type(self.size).__name__})") from None
+        if not 0 < size < 1 << 64:
+            raise InvalidSizeError(f"LocalMemory size must be positive and below 2**64, got {size}")
+        object.__setattr__(self, "size", size)
+
+
+PARAM_KINDS: tuple[str, ...] = (
+    "ptr", "local", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "f16", "f32", "f64",
+)
+"""The parameter kinds a kernel signature (``kernel_signature_impl``) and a packer
+(``kernel_packer_impl``) speak: a pointer, local memory, or a scalar of that width."""
+
+# OpenCL C / HIP / CUDA scalar type names, as images' kernel metadata spells them.
 _C_SCALAR_KINDS = {
     "char": "i8", "signed char": "i8", "uchar": "u8", "unsigned char": "u8", "bool": "u8",
     "short": "i16", "ushort": "u16", "unsigned short": "u16",
@@ -100,46 +145,47 @@ _C_SCALAR_KINDS = {
 
 
 def scalar_kind(type_name: str) -> str | None:
-    """The parameter kind of an OpenCL C / HIP scalar type name (``"uint"`` -> ``"u32"``), or
-    ``None`` for anything else (vectors, structs), for ``kernel_signature_impl``."""
+    """The parameter kind of a C scalar type name (``"uint"`` -> ``"u32"``), or ``None`` for
+    anything else (vectors, structs): a helper for ``kernel_signature_impl``."""
     return _C_SCALAR_KINDS.get(type_name.strip())
 
 
-@dataclasses.dataclass(frozen=True)
-class LocalMemory:
-    """A kernel argument that reserves ``size`` bytes of work-group local (shared) memory."""
+INFO_KEYS: dict[str, str] = {
+    "name": "the device's name",
+    "vendor": "the vendor's name",
+    "driver_version": "the driver's version, as the driver spells it",
+    "type": "gpu, cpu, host or accelerator",
+    "backend": "the backend's name (filled in by the generic layer)",
+    "platform": "the platform's name (filled in by the generic layer)",
+    "compute_units": "streaming multiprocessors, compute units, cores",
+    "max_work_group_size": "the most work-items in one work-group (block)",
+    "max_work_item_sizes": "the largest block per dimension, a 3-tuple",
+    "max_grid_size": "the most work-groups per dimension, a 3-tuple",
+    "global_memory_bytes": "the device's memory",
+    "local_memory_bytes": "local (shared) memory one work-group can use",
+    "max_alloc_bytes": "the largest single allocation",
+    "clock_mhz": "the peak clock",
+    "sub_group_size": "warp / wavefront / SIMD width",
+    "address_bits": "bits of a device pointer",
+}
+"""The device information keys with the same meaning on every backend (``Device.info``).  A
+backend's ``device_info_impl`` returns those it knows (absent keys read as ``None``) and may add
+its own extras under a ``"<backend>."`` prefix (``"opencl.extensions"``)."""
 
-    size: int
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.size, int) or self.size <= 0:
-            raise InvalidSizeError(f"LocalMemory size must be a positive int, got {self.size!r}")
+KERNEL_ATTRIBUTE_KEYS: dict[str, str] = {
+    "max_work_group_size": "the most work-items a work-group of this kernel may have on the device",
+    "preferred_work_group_multiple": "block sizes should be a multiple of this (warp, SIMD width)",
+    "local_memory_bytes": "static local (shared) memory the kernel uses",
+    "private_memory_bytes": "private (scratch) memory per work-item",
+    "registers": "registers per work-item",
+}
+"""Kernel attribute keys with the same meaning on every backend (``Kernel.attributes``)."""
 
 
 __all__ = [
-    "AllocKind",
-    "BackendError",
-    "CompileError",
-    "DeviceDesc",
-    "DeviceType",
-    "ENTRY_POINT_GROUP",
-    "Errc",
-    "InitFini",
-    "InvalidArgumentError",
-    "InvalidBinaryError",
-    "InvalidSizeError",
-    "InvalidValueError",
-    "LocalMemory",
-    "MemAdvice",
-    "MemoryConnection",
-    "NoDevicesError",
-    "NotFoundError",
-    "OffloadError",
-    "OutOfResourcesError",
-    "PlatformDesc",
-    "SymbolDesc",
-    "SymbolKind",
-    "UnsupportedError",
-    "hookimpl",
-    "scalar_kind",
+    "AllocKind", "BackendError", "CompileError", "DeviceDesc", "DeviceType", "ENTRY_POINT_GROUP", "Errc",
+    "HOOK_API", "INFO_KEYS", "InitFini", "InvalidArgumentError", "InvalidBinaryError", "InvalidSizeError",
+    "InvalidValueError", "KERNEL_ATTRIBUTE_KEYS", "LocalMemory", "MemAdvice", "MemoryConnection",
+    "NoDevicesError", "NotFoundError", "OffloadError", "OutOfResourcesError", "PARAM_KINDS", "PlatformDesc",
+    "SymbolDesc", "SymbolKind", "UnsupportedError", "hookimpl", "scalar_kind",
 ]

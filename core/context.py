@@ -1,37 +1,51 @@
-"""Contexts: a set of devices of one platform (plus the implicit host) that own allocations."""
+"""Contexts: devices of one platform sharing memory, and what a context owns.
+
+:class:`GenericContext` is the generic layer's context (the public ``pyoffload.Context`` adds the
+allocation factory).  It owns, and releases on ``close()``, everything made in it: programs,
+queues, allocations, its memory pools and its internal queues (one per device, on which the
+synchronous operations run).  It also answers and caches memory connections.
+"""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-from .enums import AllocKind
-from .errors import InvalidArgumentError
-from .memory import allocate
-
-if TYPE_CHECKING:
-    from .device import Device
-    from .memory import Allocation
-    from .pool import Pool
+from .device import GenericDevice
+from .enums import AllocKind, MemoryConnection
+from .errors import Errc, InvalidArgumentError, InvalidHandleError, InvalidSizeError, got
+from .pool import CachingAllocator
+from .queue_core import QueueCore
+from .runtime import warn_teardown
 
 
-class Context:
+class Owned(Protocol):
+    """Programs, queues and allocations a context releases on close, lowest rank first
+    (programs' destructors run on the internal queue, then queues, then memory)."""
+
+    _teardown_rank: int
+
+    def _teardown(self, at_exit: bool) -> None: ...
+
+
+class GenericContext:
     """Devices of one platform sharing memory.  HOST allocations belong to the context and are
-    accessible from all its devices; MANAGED ones migrate among them; DEVICE ones live on one.
+    reachable from all its devices; MANAGED ones migrate among them; DEVICE ones live on one."""
 
-    ``Context([dev0, dev1])``; the host device may be listed too and is implicit anyway.  Closing
-    a context (``close()`` or leaving a ``with`` block) frees the allocations it still owns.
-    """
-
-    def __init__(self, devices: Iterable[Device]) -> None:
-        from .device import Device
-
-        devs = list(devices) if not isinstance(devices, Device) else [devices]
+    def __init__(self, devices: Iterable[GenericDevice] | GenericDevice) -> None:
+        if isinstance(devices, GenericDevice):
+            devs = [devices]
+        else:
+            try:
+                devs = list(devices)
+            except TypeError:
+                raise TypeError(f"Context takes a device or an iterable of devices, got {got(devices)}") from None
         if not devs:
-            raise InvalidArgumentError("Context needs at least one device, got none")
+            raise InvalidSizeError("Context needs at least one device, got none")
         for d in devs:
-            if not isinstance(d, Device):
-                raise InvalidArgumentError(f"Context devices must be pyoffload.Device objects, got {d!r}")
+            if not isinstance(d, GenericDevice):
+                raise TypeError(f"Context devices must be pyoffload.Device objects, got {got(d)}")
         accelerators = [d for d in devs if not d.host_memory]
         if accelerators:
             devs = accelerators  # the host is implicit in every context
@@ -40,17 +54,20 @@ class Context:
             names = ", ".join(f"{d.id} ({d.platform.backend}:{d.platform.name})" for d in platforms.values())
             raise InvalidArgumentError(f"devices of different platforms cannot share a context: {names}")
         if len({id(d) for d in devs}) != len(devs):
-            raise InvalidArgumentError(f"a device is listed twice in {devs!r}")
-        self.devices: tuple[Device, ...] = tuple(devs)
+            raise InvalidArgumentError(f"a device is listed twice: {', '.join(d.id for d in devs)}")
+        self.devices: tuple[GenericDevice, ...] = tuple(devs)
         self.platform = devs[0].platform
         self._rt = self.platform._rt
         self._rt.check_alive()
         self._backend = self.platform._backend
         self._disp = self._backend.dispatch
-        self._allocs: dict[int, Allocation] = {}
-        self._pools: dict[int, Pool] = {}
+        self._lock = threading.RLock()
+        self._owned: dict[int, Owned] = {}  # programs, queues, allocations made in this context
+        self._internal: dict[int, QueueCore] = {}
+        self._pools: dict[tuple[int, AllocKind], CachingAllocator] = {}
+        self._connections: dict[tuple[Any, ...], MemoryConnection] = {}
         self.handle = self._disp.context_create_impl([d.handle for d in self.devices])
-        self.alive = True
+        self._live = True
         with self._rt.lock:
             self._rt.contexts.append(self)
 
@@ -58,43 +75,187 @@ class Context:
     def backend(self) -> str:
         return self._backend.name
 
-    def alloc(self, size: int, kind: AllocKind = AllocKind.DEVICE, device: Device | None = None) -> Allocation:
-        """Allocate ``size`` bytes of ``kind``; ``device`` defaults to the context's first device
-        (ignored for HOST memory, which has none)."""
-        return allocate(self, device, size, kind)
+    @property
+    def alive(self) -> bool:
+        return self._live
+
+    def check_alive(self) -> None:
+        if not self._live:
+            if not self._rt.alive:
+                self._rt.check_alive()
+            raise InvalidHandleError(f"{self!r} was closed", Errc.INVALID_CONTEXT)
+
+    def check_device(self, device: GenericDevice, what: str) -> None:
+        if device not in self.devices:
+            raise InvalidArgumentError(f"{what}: {device!r} is not in {self!r}")
+
+    # -- what the context owns ----------------------------------------------------------------
+
+    def adopt(self, obj: Owned) -> None:
+        with self._lock:
+            self.check_alive()
+            self._owned[id(obj)] = obj
+
+    def disown(self, obj: Owned) -> None:
+        with self._lock:
+            self._owned.pop(id(obj), None)
+
+    def internal_queue(self, device: GenericDevice | None) -> QueueCore:
+        """The context's own queue on ``device`` (its first device for HOST memory), on which the
+        synchronous operations run as queued ones followed by a wait."""
+        dev = device if device is not None and not device.host_memory else self.devices[0]
+        queue = self._internal.get(id(dev))
+        if queue is None:
+            with self._lock:
+                self.check_alive()
+                queue = self._internal.get(id(dev))
+                if queue is None:
+                    queue = QueueCore(dev, self, False, f"internal queue of {self!r} on {dev.id}")
+                    self._internal[id(dev)] = queue
+        return queue
+
+    def pool(self, device: GenericDevice | None, kind: AllocKind) -> CachingAllocator:
+        """The caching allocator for ``kind`` memory of ``device`` (``None`` for HOST memory)."""
+        key = (id(device), kind)
+        pool = self._pools.get(key)
+        if pool is None:
+            with self._lock:
+                self.check_alive()
+                pool = self._pools.get(key)
+                if pool is None:
+                    pool = self._make_pool(device, kind)
+                    self._pools[key] = pool
+        return pool
+
+    def _make_pool(self, device: GenericDevice | None, kind: AllocKind) -> CachingAllocator:
+        disp, ch = self._disp, self.handle
+        dh = device.handle if device is not None else None
+
+        def backend_alloc(size: int) -> int:
+            return int(disp.data_alloc_impl(ch, dh, size, kind))
+
+        def backend_free(ptr: int) -> None:
+            disp.data_free_impl(ch, dh, ptr, kind)
+
+        def release_siblings() -> int:
+            released = 0
+            for (dev_id, _), other in list(self._pools.items()):
+                if dev_id == id(device) and other is not pool:
+                    released += other.trim()
+            return released
+
+        pool = CachingAllocator(backend_alloc, backend_free, self._rt.settings.pool_threshold, release_siblings)
+        return pool
+
+    # -- memory connections -------------------------------------------------------------------
+
+    def connection(self, device: GenericDevice | None, other: GenericContext,
+                   other_device: GenericDevice | None) -> MemoryConnection:
+        """How memory of ``(self, device)`` reaches ``(other, other_device)``; a device of
+        ``None`` (or the host device) means the context's HOST memory.  Cached per pair."""
+        host_a = device is None or device.host_memory
+        host_b = other_device is None or other_device.host_memory
+        key = (None if host_a else device, other, None if host_b else other_device)
+        answer = self._connections.get(key)
+        if answer is not None:
+            return answer
+        if self.platform is not other.platform:
+            # Only host memory on both sides is shared across platforms and backends.
+            answer = MemoryConnection.UNIFIED if host_a and host_b else MemoryConnection.NONE
+        else:
+            reported = self._disp.memory_connection_impl(
+                self.handle, None if host_a else device.handle,  # type: ignore[union-attr]
+                other.handle, None if host_b else other_device.handle)  # type: ignore[union-attr]
+            if reported is not None:
+                answer = MemoryConnection(reported)
+            elif other is self:
+                same = (host_a and host_b) or (not host_a and not host_b and device is other_device)
+                answer = MemoryConnection.UNIFIED if same or host_a or host_b else MemoryConnection.MIGRATABLE
+            elif device is not None and other_device is not None and device.host_memory and other_device.host_memory:
+                answer = MemoryConnection.UNIFIED  # the host's own memory, whatever the context
+            else:
+                answer = MemoryConnection.NONE
+        self._connections[key] = answer
+        return answer
+
+    # -- release ------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Free what the context still owns and release it.  Closing twice is harmless."""
-        from .memory import free_context_allocations
-
-        if not self.alive:
+        """Release everything made in the context (programs are unloaded, queues destroyed,
+        allocations freed, each waiting for its work first), then the context itself.  Closing
+        twice is harmless; using the context afterwards is ``INVALID_CONTEXT``."""
+        if not self._live:
             return
-        free_context_allocations(self)
-        self._release_handle()
+        with self._lock:
+            owned = list(self._owned.values())
+        owned.sort(key=lambda o: o._teardown_rank)
+        for obj in owned:
+            obj._teardown(False)
+        self._release(at_exit=False)
         with self._rt.lock:
             if self in self._rt.contexts:
                 self._rt.contexts.remove(self)
-            if self.platform._default_context is self:
-                self.platform._default_context = None
+            self._rt.epoch += 1
 
-    def _release_handle(self) -> None:
-        if self.alive:
-            self.alive = False
-            for pool in self._pools.values():
-                pool.release_all()
-            self._disp.context_destroy_impl(self.handle)
+    def _release(self, at_exit: bool) -> None:
+        with self._lock:
+            if not self._live:
+                return
+            self._live = False
+            internal = list(self._internal.values())
+            pools = list(self._pools.items())
+            self._internal.clear()
+            self._pools.clear()
+        for queue in internal:
+            try:
+                queue.close(at_exit)
+            except Exception as exc:
+                warn_teardown(f"closing {queue!r}", exc)
+        for (_, kind), pool in pools:
+            for base in pool.release_all():
+                try:
+                    pool._free(base)
+                except Exception as exc:
+                    warn_teardown(f"releasing cached {kind.name} memory of {self!r}", exc)
+        if self.platform.default_context_slot is self:
+            self.platform.default_context_slot = None
+        self._disp.context_destroy_impl(self.handle)
 
-    def check_alive(self) -> None:
-        self._rt.check_alive()
-        if not self.alive:
-            raise InvalidArgumentError(f"{self!r} was closed")
-
-    def __enter__(self) -> Context:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def _teardown(self, at_exit: bool) -> None:
+        """Shutdown: the runtime has released programs, queues and allocations already."""
+        self._release(at_exit)
 
     def __repr__(self) -> str:
         ids = ",".join(d.id for d in self.devices)
-        return f"<pyoffload.Context {ids}{'' if self.alive else ' closed'}>"
+        return f"<pyoffload.Context {ids}{'' if self._live else ' closed'}>"
+
+
+def _side(pair: Any, what: str) -> tuple[GenericContext, GenericDevice | None]:
+    if isinstance(pair, GenericContext):
+        return pair, None
+    try:
+        ctx, dev = pair
+    except (TypeError, ValueError):
+        raise TypeError(f"memory_connection takes (context, device) pairs, got {pair!r}") from None
+    if not isinstance(ctx, GenericContext):
+        raise TypeError(f"memory_connection: {what} {ctx!r} is not a Context")
+    if dev is not None:
+        if not isinstance(dev, GenericDevice):
+            raise TypeError(f"memory_connection: {what} {dev!r} is not a Device")
+        if dev not in ctx.devices and not dev.host_memory:
+            raise InvalidArgumentError(f"memory_connection: {dev!r} is not in {ctx!r}")
+    return ctx, dev
+
+
+def memory_connection(a: Any, b: Any) -> MemoryConnection:
+    """How memory of ``(ctx_a, dev_a)`` reaches ``(ctx_b, dev_b)``; a device of ``None`` (or the
+    host device) means the context's HOST memory.
+
+    UNIFIED: the same pointer works on both sides.  MIGRATABLE: the backend copies directly.
+    NONE: copies go through host memory.
+    """
+    ca, da = _side(a, "first")
+    cb, db = _side(b, "second")
+    ca.check_alive()
+    cb.check_alive()
+    return ca.connection(da, cb, db)

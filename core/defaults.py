@@ -1,16 +1,18 @@
-"""Generic defaults for the optional hooks, registered ``trylast`` in every backend's manager.
+"""The generic defaults of the optional hooks, registered ``trylast`` in every backend's manager.
 
 A backend that implements one of these hooks and returns a value wins; ``None`` falls through to
-the default here, so each hook still has exactly one answer.
+the default here, so each hook still has exactly one answer.  Where the default is "the generic
+layer does it" (host functions, cross-queue waits, stream-ordered allocation, memory connections),
+it returns ``None`` and the caller knows what to do.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from .backend import hookimpl
-from .enums import AllocKind, MemAdvice
+from .backend import InitFini, hookimpl
+from .enums import AllocKind, MemAdvice, MemoryConnection
 from .errors import UnsupportedError
 
 
@@ -25,7 +27,27 @@ def context_destroy_impl(context: Any) -> None:
 
 
 @hookimpl(trylast=True)
-def data_pinned_info_impl(device: Any, ptr: int) -> None:
+def data_alloc_async_impl(context: Any, device: Any, queue: Any, size: int, kind: AllocKind) -> int | None:
+    return None
+
+
+@hookimpl(trylast=True)
+def data_free_async_impl(context: Any, device: Any, queue: Any, ptr: int, kind: AllocKind) -> bool | None:
+    return None
+
+
+@hookimpl(trylast=True)
+def data_lock_impl(device: Any, ptr: int, size: int) -> int:
+    raise UnsupportedError("this device cannot use host memory it did not allocate; allocate HOST memory instead")
+
+
+@hookimpl(trylast=True)
+def data_unlock_impl(device: Any, ptr: int) -> None:
+    return None
+
+
+@hookimpl(trylast=True)
+def data_pinned_info_impl(device: Any, ptr: int) -> tuple[int, int, int] | None:
     return None
 
 
@@ -40,27 +62,47 @@ def data_advise_impl(device: Any, ptr: int, size: int, advice: MemAdvice) -> Non
 
 
 @hookimpl(trylast=True)
-def data_alloc_async_impl(context: Any, device: Any, queue: Any, size: int, kind: AllocKind) -> None:
+def memory_connection_impl(context_a: Any, device_a: Any, context_b: Any, device_b: Any) -> MemoryConnection | None:
     return None
 
 
 @hookimpl(trylast=True)
-def data_free_async_impl(context: Any, device: Any, queue: Any, ptr: int, kind: AllocKind) -> None:
+def global_init_fini_impl(device: Any, program: Any) -> InitFini | None:
     return None
 
 
 @hookimpl(trylast=True)
-def global_init_fini_impl(device: Any, program: Any) -> None:
+def kernel_signature_impl(device: Any, kernel: Any) -> Sequence[str] | None:
     return None
 
 
 @hookimpl(trylast=True)
-def kernel_signature_impl(device: Any, kernel: Any) -> None:
+def kernel_attributes_impl(device: Any, kernel: Any) -> dict[str, Any] | None:
     return None
 
 
 @hookimpl(trylast=True)
-def launch_prepare_impl(device: Any, queue: Any, kernel: Any, grid: Any, block: Any, args: Any) -> None:
+def kernel_packer_impl(device: Any, kernel: Any, kinds: tuple[str, ...]) -> Callable[[tuple[Any, ...]], Any] | None:
+    return None
+
+
+@hookimpl(trylast=True)
+def launch_prepare_impl(device: Any, queue: Any, kernel: Any, grid: Any, block: Any, args: Any) -> Callable[[], None] | None:
+    return None
+
+
+@hookimpl(trylast=True)
+def enqueue_host_function_impl(device: Any, queue: Any, fn: Callable[[], None]) -> bool | None:
+    return None
+
+
+@hookimpl(trylast=True)
+def queue_wait_events_impl(device: Any, queue: Any, events: Sequence[Any]) -> bool | None:
+    return None
+
+
+@hookimpl(trylast=True)
+def event_release_impl(device: Any, event: Any) -> None:
     return None
 
 
@@ -70,11 +112,5 @@ def event_elapsed_impl(device: Any, start: Any, end: Any) -> float:
 
 
 @hookimpl(trylast=True)
-def known_failures_impl(device: Any) -> dict[str, str]:
-    return {}
-
-
-@hookimpl(trylast=True)
-def memory_connection_impl(context_a: Any, device_a: Any, context_b: Any, device_b: Any) -> None:
-    # None lets the generic layer give its own answer (see pyoffload.memory.memory_connection).
+def known_failures_impl(device: Any) -> dict[str, str] | None:
     return None

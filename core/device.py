@@ -1,21 +1,25 @@
-"""Platforms and devices: what backends report, plus the operations that start from a device."""
+"""Platforms and the generic device: identity, information, limits and the pinned-memory map.
+
+:class:`GenericDevice` is what every layer above sees of a device (LLVM's ``GenericDeviceTy``):
+the backend's handle and dispatcher, the typed information and the limits that the generic
+layer checks launches and allocations against, and the pinned-host-memory map.  The public
+:class:`pyoffload.Device` (:mod:`pyoffload.api`) adds the factories of the layers above it
+(``alloc``, ``create_queue``, ``load_program``, ``lock`` ...); every device object the runtime
+hands out is one.
+"""
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .backend import DeviceDesc, PlatformDesc
-from .enums import AllocKind, DeviceType
-from .memory import allocate
+from .addresses.pinned import PinnedMap
+from .backend import INFO_KEYS, DeviceDesc, PlatformDesc
+from .enums import DeviceType
+from .hooks.discovery import Backend
+from .runtime import Runtime, warn_teardown
 
-if TYPE_CHECKING:
-    from .context import Context
-    from .discovery import Backend
-    from .memory import Allocation
-    from .program import Program
-    from .queue import Queue
-    from .runtime import Runtime
+UNLIMITED = (1 << 64) - 1
 
 
 def _slug(text: str) -> str:
@@ -33,30 +37,39 @@ class Platform:
         self.version = desc.version
         self.handle = desc.handle
         self.short_name = _slug(desc.short_name or desc.name)[:16].strip("-")
-        self.devices: list[Device] = []
-        self._default_context: Context | None = None
+        self.devices: list[GenericDevice] = []
+        self.default_context_slot: Any = None  # set by the public layer on first use
 
     @property
     def backend(self) -> str:
         return self._backend.name
 
-    @property
-    def default_context(self) -> Context:
-        """The context of all this platform's devices, used by ``Device.alloc`` and friends."""
-        if self._default_context is None:
-            from .context import Context
-
-            with self._rt.lock:
-                if self._default_context is None:
-                    self._default_context = Context(self.devices)
-        return self._default_context
-
     def __repr__(self) -> str:
         return f"<pyoffload.Platform {self.backend}:{self.name!r} devices={len(self.devices)}>"
 
 
-class Device:
-    """One device.  ``backend`` is the backend's name; ``handle`` is the backend's own object."""
+class Limits:
+    """What the generic layer checks before a backend sees a launch or an allocation."""
+
+    __slots__ = ("block_threads", "block", "grid", "local_memory", "max_alloc")
+
+    def __init__(self, info: dict[str, Any]) -> None:
+        def dims(key: str) -> tuple[int, int, int]:
+            value = info.get(key)
+            if not value:
+                return (UNLIMITED, UNLIMITED, UNLIMITED)
+            got = tuple(int(v) for v in value)[:3]
+            return got + (UNLIMITED,) * (3 - len(got))  # type: ignore[return-value]
+
+        self.block_threads: int = int(info.get("max_work_group_size") or UNLIMITED)
+        self.block = dims("max_work_item_sizes")
+        self.grid = dims("max_grid_size")
+        self.local_memory: int = int(info.get("local_memory_bytes") or UNLIMITED)
+        self.max_alloc: int = int(info.get("max_alloc_bytes") or UNLIMITED)
+
+
+class GenericDevice:
+    """One device, as the generic layer sees it.  ``handle`` is the backend's own object."""
 
     def __init__(self, platform: Platform, desc: DeviceDesc, index: int) -> None:
         self.platform = platform
@@ -69,6 +82,8 @@ class Device:
         self._disp = platform._backend.dispatch
         self._rt = platform._rt
         self._info: dict[str, Any] | None = None
+        self._limits: Limits | None = None
+        self.pins = PinnedMap()
 
     @property
     def backend(self) -> str:
@@ -76,61 +91,47 @@ class Device:
 
     @property
     def id(self) -> str:
-        """A stable test/selector id: ``host-0``, ``opencl-pocl-cpu-0``."""
+        """A stable test and selector id: ``host-0``, ``opencl-pocl-cpu-0``."""
         if self.type is DeviceType.HOST:
             return f"{self.backend}-{self.index}"
         return f"{self.backend}-{self.platform.short_name}-{self.type.value}-{self.index}"
 
     @property
     def host_memory(self) -> bool:
-        """Whether this device's memory is the host's own (the host backend)."""
+        """Whether this device's memory is the host's own (its type is HOST): every pointer of it
+        is a host pointer, and copies to and from it are plain ``memmove``."""
         return self.type is DeviceType.HOST
 
     @property
     def info(self) -> dict[str, Any]:
-        """All information keys: the backend's ``device_info_impl`` plus the generic ones."""
+        """The device's information: every key of :data:`pyoffload.backend.INFO_KEYS` (``None``
+        where the backend does not know it) plus the backend's own ``"<backend>."`` extras."""
         if self._info is None:
             self._rt.check_alive()
-            info = dict(self._disp.device_info_impl(self.handle) or {})
-            info.update(
-                name=self.name,
-                vendor=self.vendor,
-                type=self.type.value,
-                platform=self.platform.name,
-                backend=self.backend,
-            )
+            reported = dict(self._disp.device_info_impl(self.handle) or {})
+            info: dict[str, Any] = dict.fromkeys(INFO_KEYS)
+            info.update(reported)
+            info.update(name=self.name, vendor=self.vendor, type=self.type.value,
+                        platform=self.platform.name, backend=self.backend)
             self._info = info
-        return self._info
+        return dict(self._info)
 
     @property
-    def default_context(self) -> Context:
-        return self.platform.default_context
+    def limits(self) -> Limits:
+        if self._limits is None:
+            self._limits = Limits(self.info)
+        return self._limits
 
-    def alloc(self, size: int, kind: AllocKind = AllocKind.DEVICE) -> Allocation:
-        """Allocate in the platform's default context; HOST memory belongs to no device."""
-        ctx = self.platform._default_context or self.platform.default_context
-        return allocate(ctx, self, size, kind)
-
-    def create_queue(self, profiling: bool = False, context: Context | None = None) -> Queue:
-        from .queue import Queue
-
-        return Queue(context or self.default_context, self, profiling)
-
-    def load_program(self, image: bytes | bytearray | memoryview, context: Context | None = None) -> Program:
-        from .program import Program
-
-        return Program(context or self.default_context, self, image)
-
-    def lock(self, buffer: Any) -> int:
-        """Pin a host buffer for this device and return the device-accessible pointer."""
-        from .pinning import lock
-
-        return lock(self, buffer)
-
-    def unlock(self, buffer: Any) -> None:
-        from .pinning import unlock
-
-        unlock(self, buffer)
+    def _teardown(self, at_exit: bool) -> None:
+        """Unpin every range pyoffload pinned for this device (at shutdown)."""
+        for entry in self.pins.entries():
+            self.pins.remove(entry)
+            entry.holds.clear()
+            if not entry.external:
+                try:
+                    self._disp.data_unlock_impl(self.handle, entry.base)
+                except Exception as exc:
+                    warn_teardown(f"unlocking {entry!r}", exc)
 
     def __repr__(self) -> str:
         return f"<pyoffload.Device {self.id} {self.name!r}>"

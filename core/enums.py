@@ -17,10 +17,6 @@ class AllocKind(enum.Enum):
     HOST = "host"
     MANAGED = "managed"
 
-    @property
-    def host_accessible(self) -> bool:
-        return self is not AllocKind.DEVICE
-
 
 class DeviceType(enum.Enum):
     GPU = "gpu"

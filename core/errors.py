@@ -137,3 +137,11 @@ class TeardownWarning(RuntimeWarning):
 
 class LeakWarning(ResourceWarning):
     """Allocations, programs or queues still alive at shutdown (reported by the allocation tracker)."""
+
+
+def got(value: object) -> str:
+    """How error messages name a value of the wrong type: its repr (shortened) and its type."""
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{text} ({type(value).__name__})"

@@ -1,86 +1,112 @@
-"""Allocations: one dispatch for every kind, the address registry, memcpy and memfill.
+"""Allocations: the one allocation path for every kind, the address registry, free and mem_info.
 
-Every allocation is recorded in the runtime's registry, keyed by address, so ``free(ptr)`` and
-``mem_info(ptr)`` need nothing but a pointer, and any pointer inside an allocation resolves to it.
-Sizes and bounds are checked against the registry before any backend is called: a copy past the
-end of an allocation is an ``INVALID_SIZE`` error, never a fault in the driver.
+Every allocation comes from its context's caching allocator (:mod:`pyoffload.pool`) and is
+recorded in the runtime's registry keyed by address, so ``free(ptr)`` and ``mem_info(ptr)`` need
+nothing but a pointer and any pointer inside an allocation resolves to it.  Globals of loaded
+programs and imported foreign memory are recorded too, as *external* allocations: they resolve
+like any other, but pyoffload never frees them.
+
+Lifetimes: every queued operation that uses an allocation records itself in the allocation's
+``users`` (queue -> sequence number of the last such operation).  ``free`` waits for exactly those
+operations, as ``cuMemFree`` does, then returns the block to the pool.  Inside a host function,
+waiting for the host function's own queue would never finish: such a free is deferred until the
+queue has passed the operations that use the memory.
 """
 
 from __future__ import annotations
 
-import ctypes
+import operator
+import threading
 import weakref
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
-from .enums import AllocKind, MemAdvice, MemoryConnection
+import numpy as np
+
+from .context import GenericContext
+from .device import GenericDevice
+from .enums import AllocKind
 from .errors import (
+    got,
     InvalidArgumentError,
     InvalidSizeError,
+    NotFoundError,
+    OffloadError,
     OutOfResourcesError,
     UnsupportedError,
 )
-from . import runtime as _runtime
-from .pool import Pool
-from .program import GlobalVariable
+from .pool import Block, CachingAllocator
+from .queue_core import QueueCore, running_host_function
+from .runtime import CLOSING, LIVE, Runtime, active, dead_runtime_error, warn_teardown
 from .tracking import origin
 
-if TYPE_CHECKING:
-    import numpy as np
-
-    from .context import Context
-    from .device import Device
-    from .queue import Event, Queue
-    from .runtime import Runtime
-
-STAGING_CHUNK = 8 << 20
+MAX_SIZE = 1 << 64
 _COLLISION_RETRIES = 8
+_claim = threading.Lock()  # makes "is it live? then it is mine to free" one step
+_new = object.__new__
 
 
-def check_size(size: Any, what: str = "size") -> int:
+def check_size(size: Any, what: str = "size", allow_zero: bool = False) -> int:
+    """``size`` as an int in ``[1, 2**64)`` (``[0, ...)`` with ``allow_zero``): numpy integers are
+    accepted, floats and other types are a ``TypeError``, out-of-range values ``INVALID_SIZE``."""
     if type(size) is not int:
-        if isinstance(size, int) and not isinstance(size, bool):
-            size = int(size)
-        else:
-            raise InvalidSizeError(f"{what} must be an int, got {size!r}")
-    if size <= 0:
-        raise InvalidSizeError(f"{what} must be positive, got {size}")
+        if isinstance(size, bool):
+            raise TypeError(f"{what} must be an integer, got {got(size)}")
+        try:
+            size = operator.index(size)
+        except TypeError:
+            raise TypeError(f"{what} must be an integer, got {got(size)}") from None
+    if size <= 0 and not (allow_zero and size == 0):
+        raise InvalidSizeError(f"{what} must be {'non-negative' if allow_zero else 'positive'}, got {size}")
+    if size >= MAX_SIZE:
+        raise InvalidSizeError(f"{what} {size} is not below 2**64")
     return size
 
 
+def check_kind(kind: Any) -> AllocKind:
+    if kind.__class__ is not AllocKind:
+        raise TypeError(f"kind must be a pyoffload.AllocKind, got {kind!r}")
+    return kind  # type: ignore[no-any-return]
+
+
 class _HostView:
-    """Owner of numpy views of an allocation, so ``free`` can tell whether any view is alive."""
+    """The owner of numpy views of an allocation: ``free`` refuses while one is alive."""
 
-    __slots__ = ("__array_interface__", "__weakref__")
+    __slots__ = ("__array_interface__", "allocation", "owner", "__weakref__")
 
-    def __init__(self, ptr: int, size: int) -> None:
-        self.__array_interface__ = {"shape": (size,), "typestr": "|u1", "data": (ptr, False), "version": 3}
+    def __init__(self, allocation: Allocation, interface: dict[str, Any], owner: Any) -> None:
+        self.__array_interface__ = interface
+        self.allocation = allocation  # the view keeps the Allocation object reachable
+        self.owner = owner  # and whatever else the caller wants kept alive
 
 
 class Allocation:
-    """A block of memory from ``Context.alloc`` / ``Device.alloc``.
+    """A block of memory: from ``Context.alloc`` / ``Device.alloc`` / ``Queue.alloc_async``, or an
+    external range (a program's global, memory imported with ``from_dlpack`` or ``from_native``).
 
-    ``ptr`` is the address (device-accessible; host-accessible too for HOST and MANAGED memory
-    and on the host backend).  Host-accessible allocations convert to numpy arrays
-    (``numpy.asarray(a)``, ``a.view(dtype)``) and, on Python 3.12+, to ``memoryview``.  Freeing
-    an allocation while such a view is alive is refused: a dangling view would be worse.
+    ``ptr`` is the address (device-accessible; host-accessible too for HOST and MANAGED memory and
+    on the host backend); ``size`` the bytes requested.  Host-accessible allocations convert to
+    numpy arrays (``numpy.asarray(a)``, ``a.view(dtype, shape)``) and memoryviews.  Freeing an
+    allocation while a view made by ``view()`` is alive is refused: a dangling view would be worse.
     """
 
-    __slots__ = ("ptr", "size", "kind", "device", "context", "origin", "_live", "_bucket", "_views", "_queues",
-                 "__weakref__")
+    __slots__ = ("ptr", "size", "kind", "device", "context", "origin", "owned", "owner",
+                 "_live", "_block", "_pool", "_users", "_views", "__weakref__")
 
-    def __init__(self, ptr: int, size: int, kind: AllocKind, device: Device | None, context: Context,
-                 bucket: int, where: str | None) -> None:
-        self.ptr = ptr
-        self.size = size
-        self.kind = kind
-        self.device = device
-        self.context = context
-        self.origin = where
-        self._live = True
-        self._bucket = bucket  # pool bucket size, 0 if not from the pool
-        self._views: list[weakref.ref[_HostView]] | None = None
-        self._queues: set[Queue] | None = None  # queues that were given work on this memory
+    ptr: int
+    size: int
+    kind: AllocKind
+    device: GenericDevice | None
+    context: GenericContext
+    origin: str | None
+    owned: bool
+    owner: Any
+    _live: bool
+    _block: Block | None
+    _pool: CachingAllocator | None
+    _users: dict[QueueCore, int] | None
+    _views: list[weakref.ref[_HostView]] | None
+
+    _teardown_rank = 2
 
     @property
     def freed(self) -> bool:
@@ -91,38 +117,97 @@ class Allocation:
         return self.kind is not AllocKind.DEVICE or (self.device is not None and self.device.host_memory)
 
     def free(self) -> None:
+        """Free the allocation (``pyoffload.free(self)``)."""
         free(self)
 
-    def view(self, dtype: Any = "u1") -> np.ndarray:
-        """A numpy array over the memory (host-accessible kinds only); valid until ``free``."""
-        import numpy as np
+    # -- host views ---------------------------------------------------------------------------
 
+    def _check_host(self, what: str) -> None:
         if not self._live:
-            raise InvalidArgumentError(f"{self!r} was freed")
+            raise InvalidArgumentError(f"{what}: {self!r} was freed")
         if not self.host_accessible:
-            raise UnsupportedError(f"{self!r} is DEVICE memory, not host-accessible: use pyoffload.memcpy")
-        owner = _HostView(self.ptr, self.size)
-        if self._views is None:
-            self._views = []
-        self._views = [r for r in self._views if r() is not None]
-        self._views.append(weakref.ref(owner))
-        arr = np.asarray(owner)
-        return arr if np.dtype(dtype) == np.uint8 else arr[: self.size - self.size % np.dtype(dtype).itemsize].view(dtype)
+            raise UnsupportedError(f"{what}: {self!r} is DEVICE memory, not host-accessible: use pyoffload.memcpy")
 
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        arr = self.view()
-        return arr if dtype is None else arr.astype(dtype)
+    def view(self, dtype: Any = np.uint8, shape: Any = None, offset: int = 0, owner: Any = None) -> np.ndarray:
+        """A numpy array over exactly ``shape`` items of ``dtype`` starting ``offset`` bytes in
+        (``shape`` ``None``: as many whole items as fit).  Host-accessible memory only.
 
-    def __buffer__(self, flags: int) -> memoryview:
-        return memoryview(self.view())  # type: ignore[arg-type]  # ndarray is a buffer
+        The array keeps this Allocation object and ``owner`` (e.g. a framework's own array object)
+        reachable; ``free`` refuses while it is alive.
+        """
+        self._check_host("view")
+        dt = np.dtype(dtype)
+        if dt.hasobject:
+            raise InvalidArgumentError(f"view: dtype {dt} holds Python objects")
+        offset = check_size(offset, "view offset", allow_zero=True)
+        if offset > self.size:
+            raise InvalidSizeError(f"view offset {offset} is past the end of {self!r}")
+        if shape is None:
+            count = (self.size - offset) // dt.itemsize if dt.itemsize else 0
+            dims: tuple[int, ...] = (count,)
+        else:
+            dims = (check_size(shape, "view shape", True),) if not isinstance(shape, tuple) else tuple(
+                check_size(d, "view shape", True) for d in shape)
+        nbytes = int(np.prod(dims, dtype=object)) * dt.itemsize
+        if offset + nbytes > self.size:
+            raise InvalidSizeError(
+                f"view of {dims} {dt} ({nbytes} bytes) at offset {offset} overruns {self!r}")
+        interface = {"shape": dims, "typestr": dt.str, "descr": dt.descr, "data": (self.ptr + offset, False),
+                     "version": 3}
+        holder = _HostView(self, interface, owner)
+        with _claim:
+            views = self._views
+            if views is None:
+                self._views = views = []
+            elif len(views) > 16:
+                views[:] = [r for r in views if r() is not None]
+            views.append(weakref.ref(holder))
+        return np.asarray(holder)
 
     def _live_views(self) -> int:
         return sum(1 for r in self._views or () if r() is not None)
 
+    @property
+    def __array_interface__(self) -> dict[str, Any]:
+        self._check_host("__array_interface__")
+        return {"shape": (self.size,), "typestr": "|u1", "data": (self.ptr, False), "version": 3}
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        """numpy 2's protocol: ``copy=True`` always copies, ``copy=False`` never does (a dtype
+        change is then a ``ValueError``), ``None`` copies only for a dtype change."""
+        arr = self.view()
+        if dtype is not None and np.dtype(dtype) != arr.dtype:
+            if copy is False:
+                raise ValueError(f"converting {self!r} to {np.dtype(dtype)} needs a copy, and copy=False")
+            return arr.astype(dtype)
+        return arr.copy() if copy else arr
+
+    def __buffer__(self, flags: int) -> memoryview:
+        return memoryview(self.view())
+
+    # -- teardown -----------------------------------------------------------------------------
+
+    def _teardown(self, at_exit: bool) -> None:
+        """Context close or shutdown: free (leak instead if host views are alive)."""
+        if not self._live:
+            return
+        if self._views and self._live_views():
+            if not at_exit:
+                warn_teardown(f"freeing {self!r}", RuntimeError("host views are still alive: leaked rather than left dangling"))
+            return
+        if not self.owned:
+            unregister(self.context._rt, self)
+            return
+        try:
+            free(self)
+        except Exception as exc:
+            warn_teardown(f"freeing {self!r}", exc)
+
     def __repr__(self) -> str:
         where = self.device.id if self.device is not None else f"{self.context.backend} host memory"
         state = "" if self._live else " freed"
-        return f"<pyoffload.Allocation {self.kind.name} 0x{self.ptr:x} size={self.size} on {where}{state}>"
+        extern = "" if self.owned else " external"
+        return f"<pyoffload.Allocation {self.kind.name} 0x{self.ptr:x} size={self.size} on {where}{extern}{state}>"
 
 
 class MemInfo(NamedTuple):
@@ -131,609 +216,269 @@ class MemInfo(NamedTuple):
     base: int
     size: int
     kind: AllocKind
-    device: Device | None
-    context: Context
+    device: GenericDevice | None
+    context: GenericContext
     offset: int
     allocation: Allocation
 
 
+_tuple_new = tuple.__new__
+
+
 # ------------------------------------------------------------------------------------------
-# allocation and free
+# allocation
 # ------------------------------------------------------------------------------------------
 
 
-def _pool(ctx: Context, device: Device) -> Pool | None:
-    threshold = ctx._rt.pool_threshold
-    if threshold <= 0:
-        return None
-    pool = ctx._pools.get(id(device))
-    if pool is None:
-        disp, ch, dh = ctx._disp, ctx.handle, device.handle
-        pool = Pool(
-            threshold,
-            lambda size: _vendor_alloc(ctx, device, size, AllocKind.DEVICE),
-            lambda ptr: disp.data_free_impl(ch, dh, ptr, AllocKind.DEVICE),
-        )
-        ctx._pools[id(device)] = pool
-    return pool
-
-
-def release_pools(ctx: Context, device: Device | None) -> int:
-    released = 0
-    for key, pool in list(ctx._pools.items()):
-        if device is None or key == id(device):
-            released += pool.release_all()
-    return released
-
-
-def _vendor_alloc(ctx: Context, device: Device | None, size: int, kind: AllocKind) -> int:
-    dh = device.handle if device is not None else None
-    try:
-        return ctx._disp.data_alloc_impl(ctx.handle, dh, size, kind)
-    except OutOfResourcesError:
-        # LLVM's MemoryManagerTy: free every cached block of the device and retry once.
-        if not release_pools(ctx, device):
-            raise
-        return ctx._disp.data_alloc_impl(ctx.handle, dh, size, kind)
-
-
-def allocate(ctx: Context, device: Device | None, size: int, kind: AllocKind,
-             raw: Callable[[], int] | None = None) -> Allocation:
-    """The one allocation path.  ``raw`` overrides how the address is obtained (async alloc)."""
-    rt = ctx._rt
-    if not ctx.alive or not rt.alive:
-        ctx.check_alive()
-    if type(size) is not int or size <= 0:
+def allocate(ctx: GenericContext, device: GenericDevice | None, size: Any, kind: Any,
+             queue: QueueCore | None = None) -> Allocation:
+    """Allocate ``size`` bytes of ``kind`` in ``ctx`` (on ``device`` unless HOST), usable at once
+    or, with ``queue``, by work enqueued on it from now on (stream order)."""
+    if type(size) is not int or not 0 < size < MAX_SIZE:
         size = check_size(size)
     if kind.__class__ is not AllocKind:
-        raise InvalidArgumentError(f"kind must be a pyoffload.AllocKind, got {kind!r}")
+        check_kind(kind)
+    if not ctx._live:
+        ctx.check_alive()
     if kind is AllocKind.HOST:
         device = None
-    elif device is None:
-        device = ctx.devices[0]
-    elif device not in ctx.devices:
-        raise InvalidArgumentError(f"device {device!r} is not in {ctx!r}")
-    bucket = 0
-    pool = None
-    if raw is None and kind is AllocKind.DEVICE and size <= rt.pool_threshold:
-        pool = _pool(ctx, device)  # type: ignore[arg-type]
-    if pool is not None:
-        ptr, bucket = pool.take(size)
-    elif raw is not None:
-        ptr = raw()
     else:
-        ptr = _vendor_alloc(ctx, device, size, kind)
-    tracker = rt.tracker
-    alloc = Allocation(ptr, size, kind, device, ctx, bucket, origin() if tracker.on else None)
-    held: list[Allocation] = []
-    try:
-        with rt.lock:
-            for _ in range(_COLLISION_RETRIES):
-                if not _collides(rt, ctx._backend.name, alloc.ptr, alloc.ptr + size):
-                    register(rt, alloc)
-                    break
-                # Two backends handed out overlapping addresses: keep this block aside so the
-                # backend cannot return it again, and ask for another (as liboffload does).
-                held.append(alloc)
-                ptr = raw() if raw is not None else _vendor_alloc(ctx, device, size, kind)
-                alloc = Allocation(ptr, size, kind, device, ctx, 0, alloc.origin)
-            else:
-                held.append(alloc)
-                raise OutOfResourcesError(
-                    f"backend {ctx.backend!r} keeps returning addresses that collide with live allocations"
-                )
-    finally:
-        for h in held:
-            _release_block(h)
-    if tracker.on:
-        tracker.allocated(alloc)
+        if device is None:
+            device = ctx.devices[0]
+        elif device not in ctx.devices:
+            ctx.check_device(device, "alloc")
+        limits = device._limits or device.limits
+        if size > limits.max_alloc:
+            raise OutOfResourcesError(
+                f"alloc of {size} bytes exceeds the largest allocation of {device.id} ({limits.max_alloc} bytes)")
+    pool = ctx._pools.get((id(device), kind)) or ctx.pool(device, kind)
+    block = pool.take(size, queue)
+    rt = ctx._rt
+    alloc = _new(Allocation)
+    alloc.ptr, alloc.size, alloc.kind, alloc.device, alloc.context = block.ptr, size, kind, device, ctx
+    alloc.origin = origin() if rt.tracker.on else None
+    alloc.owned, alloc.owner, alloc._live = True, None, True
+    alloc._block, alloc._pool, alloc._users, alloc._views = block, pool, None, None
+    # A backend never hands out overlapping live blocks itself: ranges are checked for overlap only
+    # while another backend has live memory too (where address spaces can coincide).
+    space = ctx._backend.name
+    live = rt.live_per_space
+    if rt.registry.insert(block.ptr, block.ptr + size, alloc, len(live) > 1 or bool(live) and space not in live):
+        _place_aside(rt, alloc, pool, queue)
+    live[space] = live.get(space, 0) + 1
+    ctx._owned[id(alloc)] = alloc
+    if rt.tracker.on:
+        rt.tracker.allocated(alloc)
     return alloc
 
 
-def _collides(rt: Runtime, backend: str, base: int, end: int) -> bool:
-    """Whether ``[base, end)`` overlaps a live allocation.  A backend's own allocator never
-    returns overlapping live blocks, so the full range check is made only while another backend
-    has live memory too (that is where address spaces can coincide)."""
-    registry = rt.registry
-    if registry.get(base) is not None:
-        return True
-    live = rt.live_per_backend
-    if len(live) > 1 or (live and backend not in live):
-        return bool(registry.overlapping(base, end))
-    return False
+def _place_aside(rt: Runtime, alloc: Allocation, pool: CachingAllocator, queue: QueueCore | None) -> None:
+    """Two backends handed out overlapping addresses: keep colliding blocks aside (so the backend
+    cannot return them again) and ask for others, as liboffload does."""
+    held = [alloc._block]
+    try:
+        for _ in range(_COLLISION_RETRIES):
+            block = pool.take(alloc.size, queue)
+            held.append(block)
+            if not rt.registry.insert(block.ptr, block.ptr + alloc.size, alloc, True):
+                held.pop()
+                alloc.ptr, alloc._block = block.ptr, block
+                return
+        raise OutOfResourcesError(
+            f"backend {alloc.context.backend!r} keeps returning addresses that collide with live allocations")
+    finally:
+        for block in held:
+            if block is not None:
+                pool.give(block)
 
 
-def register(rt: Runtime, alloc: Allocation) -> None:
-    rt.registry.insert(alloc.ptr, alloc.ptr + alloc.size, alloc)
-    alloc.context._allocs[alloc.ptr] = alloc
-    live = rt.live_per_backend
-    backend = alloc.context._backend.name
-    live[backend] = live.get(backend, 0) + 1
+def register_external(rt: Runtime, ptr: int, size: int, kind: AllocKind, device: GenericDevice | None,
+                      ctx: GenericContext, owner: Any) -> Allocation:
+    """Record memory pyoffload did not allocate (a global, a foreign buffer): ``mem_info``, copies
+    and launches resolve it; ``free`` refuses it.  ``owner`` is kept alive while it is recorded."""
+    size = check_size(size)
+    alloc = _new(Allocation)
+    alloc.ptr, alloc.size, alloc.kind, alloc.device, alloc.context = ptr, size, kind, device, ctx
+    alloc.origin, alloc.owned, alloc.owner, alloc._live = None, False, owner, True
+    alloc._block, alloc._pool, alloc._users, alloc._views = None, None, None, None
+    clash = rt.registry.insert(ptr, ptr + size, alloc, True)
+    if clash:
+        raise InvalidArgumentError(
+            f"memory at 0x{ptr:x}+{size} overlaps {clash[0][2]!r}, which pyoffload already knows")
+    return alloc
 
 
 def unregister(rt: Runtime, alloc: Allocation) -> None:
+    alloc._live = False
+    try:
+        rt.registry.remove(alloc.ptr)
+    except KeyError:
+        return
     rt.epoch += 1
-    rt.registry.remove(alloc.ptr)
-    alloc.context._allocs.pop(alloc.ptr, None)
-    live = rt.live_per_backend
-    backend = alloc.context._backend.name
-    if live[backend] == 1:
-        del live[backend]
-    else:
-        live[backend] -= 1
-    if rt.tracker.on:
-        rt.tracker.freed_alloc(alloc)
+    if alloc.owned:
+        live = rt.live_per_space
+        space = alloc.context.backend
+        if live.get(space, 0) <= 1:
+            live.pop(space, None)
+        else:
+            live[space] -= 1
+        alloc.context._owned.pop(id(alloc), None)
+        if rt.tracker.on:
+            rt.tracker.freed_alloc(alloc)
 
 
-def _release_block(alloc: Allocation) -> None:
-    ctx = alloc.context
-    if alloc._bucket:
-        ctx._pools[id(alloc.device)].give(alloc.ptr, alloc._bucket)
-    else:
-        dh = alloc.device.handle if alloc.device is not None else None
-        ctx._disp.data_free_impl(ctx.handle, dh, alloc.ptr, alloc.kind)
+# ------------------------------------------------------------------------------------------
+# lookup
+# ------------------------------------------------------------------------------------------
 
 
-def lookup(rt: Runtime, ptr: int, what: str = "pointer") -> tuple[Allocation, int]:
-    """The live allocation containing ``ptr`` and the offset into it."""
+def _runtime_or_not_found(what: str, ptr: int) -> Runtime:
+    rt = active()
+    if rt is None:
+        raise NotFoundError(f"{what}: pointer 0x{ptr:x} is not in any live allocation (pyoffload is not initialised)")
+    if not rt.alive:
+        raise dead_runtime_error(rt)
+    return rt
+
+
+def lookup(ptr: int, what: str) -> tuple[Allocation, int]:
+    """The live allocation containing ``ptr`` and the offset into it; ``NOT_FOUND`` otherwise."""
+    rt = _runtime_or_not_found(what, ptr)
     hit = rt.registry.find(ptr)
     if hit is None:
-        raise InvalidArgumentError(f"{what} 0x{ptr:x} is not in any live allocation{rt.tracker.history(ptr)}")
+        raise NotFoundError(f"{what}: pointer 0x{ptr:x} is not in any live allocation{rt.tracker.history(ptr)}")
     return hit[2], ptr - hit[0]
 
 
-def used_by(alloc: Allocation, queue: Queue) -> None:
-    """Record that ``queue`` has work on ``alloc``: freeing it will wait for that queue first."""
-    users = alloc._queues
-    if users is None:
-        alloc._queues = {queue}
-    elif queue not in users:
-        users.add(queue)
-
-
-def drain_users(alloc: Allocation) -> None:
-    # As cudaFree: memory still used by queued work is released only once that work is done,
-    # so a kernel can never write into the next allocation at the same address.
-    users, alloc._queues = alloc._queues, None
-    for queue in users or ():
-        if queue._live:
-            queue._disp.queue_synchronize_impl(queue.device.handle, queue.handle)
-
-
-def claim_for_free(rt: Runtime, target: Any, kind: AllocKind | None) -> Allocation:
-    if isinstance(target, Allocation):
-        alloc = target
-        if not alloc._live:
-            raise InvalidArgumentError(f"double free of {alloc!r}{rt.tracker.history(alloc.ptr)}")
-    elif isinstance(target, int) and not isinstance(target, bool):
-        hit = rt.registry.find(target)
+def mem_info(ptr: Allocation | int) -> MemInfo:
+    """Describe the allocation containing ``ptr`` (any address inside it, or the Allocation)."""
+    if type(ptr) is int:
+        rt = active()
+        hit = rt.registry.find(ptr) if rt is not None and rt.state is LIVE else None
         if hit is None:
+            lookup(ptr, "mem_info")  # raises the right error
+            raise AssertionError("unreachable")
+        a = hit[2]
+        return _tuple_new(MemInfo, (a.ptr, a.size, a.kind, a.device, a.context, ptr - a.ptr, a))  # type: ignore[no-any-return]
+    if isinstance(ptr, Allocation):
+        if not ptr._live:
+            raise InvalidArgumentError(f"mem_info: {ptr!r} was freed")
+        return _tuple_new(MemInfo, (ptr.ptr, ptr.size, ptr.kind, ptr.device, ptr.context, 0, ptr))  # type: ignore[no-any-return]
+    if isinstance(ptr, int) and not isinstance(ptr, bool):
+        return mem_info(operator.index(ptr))
+    raise TypeError(f"mem_info takes an Allocation or a pointer (int), got {got(ptr)}")
+
+
+# ------------------------------------------------------------------------------------------
+# free
+# ------------------------------------------------------------------------------------------
+
+
+def claim(target: Any, what: str, kind: AllocKind | None = None) -> Allocation:
+    """Resolve ``target`` to a live owned allocation and mark it freed (atomically: a concurrent
+    second free is a double free).  The caller releases it or, on failure, calls ``unclaim``."""
+    if type(target) is Allocation:
+        alloc = target
+        rt = alloc.context._rt
+        if rt.state is not LIVE and rt.state is not CLOSING:
+            raise dead_runtime_error(rt)
+    elif isinstance(target, int) and not isinstance(target, bool):
+        ptr = operator.index(target)
+        alloc, offset = lookup(ptr, what)
+        if offset:
             raise InvalidArgumentError(
-                f"free: pointer 0x{target:x} is not a live allocation{rt.tracker.history(target)}"
-            )
-        alloc = hit[2]
-        if hit[0] != target:
-            raise InvalidArgumentError(
-                f"free: pointer 0x{target:x} points {target - hit[0]} bytes into {alloc!r}; "
-                "free takes the allocation's base pointer"
-            )
+                f"{what}: pointer 0x{ptr:x} points {offset} bytes into {alloc!r}; free takes the base pointer")
+        rt = alloc.context._rt
+    elif isinstance(target, Allocation):
+        alloc = target
+        rt = alloc.context._rt
     else:
-        raise InvalidArgumentError(f"free takes an Allocation or a pointer (int), got {target!r}")
+        raise TypeError(f"{what} takes an Allocation or a pointer (int), got {got(target)}")
+    if not alloc.owned:
+        raise InvalidArgumentError(f"{what}: {alloc!r} is not owned by pyoffload (a global or foreign memory)")
     if kind is not None and alloc.kind is not kind:
         where = f" (allocated at {alloc.origin})" if alloc.origin else ""
-        raise InvalidArgumentError(f"free: {alloc!r} is {alloc.kind.name} memory, not {kind.name}{where}")
+        raise InvalidArgumentError(f"{what}: {alloc!r} is {alloc.kind.name} memory, not {kind.name}{where}")
     views = alloc._live_views() if alloc._views else 0
     if views:
-        raise InvalidArgumentError(
-            f"free: {alloc!r} still has {views} live host view(s); delete them before freeing"
-        )
-    alloc._live = False
+        raise InvalidArgumentError(f"{what}: {alloc!r} still has {views} live host view(s); delete them first")
+    with _claim:
+        if not alloc._live:
+            raise InvalidArgumentError(f"{what}: double free of {alloc!r}{rt.tracker.history(alloc.ptr)}")
+        alloc._live = False
     return alloc
+
+
+def unclaim(alloc: Allocation) -> None:
+    alloc._live = True
 
 
 def free(target: Allocation | int, kind: AllocKind | None = None) -> None:
     """Free an allocation, given the Allocation or its base pointer (of any context or backend).
 
-    ``kind``, if given, must match the allocation's kind (a check against freeing the wrong kind).
+    Waits for the queued operations that use it, as ``cuMemFree`` does (interrupted, the
+    allocation stays allocated and a retry waits again).  Called from a host function for memory
+    that later work on the host function's own queue uses, the free is deferred until that work is
+    done.  ``kind``, if given, must match the allocation's kind.
     """
-    rt = target.context._rt if isinstance(target, Allocation) else _runtime.current()
-    rt.check_alive()
-    with rt.lock:
-        alloc = claim_for_free(rt, target, kind)
-        if alloc._bucket and not alloc._queues:
-            # A pooled block with no queued work: back to its bucket, no backend call at all.
-            alloc.context._pools[id(alloc.device)].give(alloc.ptr, alloc._bucket)
-            unregister(rt, alloc)
-            return
-    try:
-        if alloc._queues:
-            drain_users(alloc)
-        _release_block(alloc)
-    except BaseException:
-        alloc._live = True  # the backend kept it: it stays allocated and registered
-        raise
-    with rt.lock:
-        unregister(rt, alloc)
-
-
-def mem_info(ptr: Allocation | int) -> MemInfo:
-    """Describe the allocation containing ``ptr`` (any address inside it)."""
-    if isinstance(ptr, Allocation):
-        if not ptr._live:
-            raise InvalidArgumentError(f"mem_info: {ptr!r} was freed")
-        ptr = ptr.ptr
-    elif not isinstance(ptr, int) or isinstance(ptr, bool):
-        raise InvalidArgumentError(f"mem_info takes an Allocation or a pointer (int), got {ptr!r}")
-    rt = _runtime.current()
-    alloc, offset = lookup(rt, ptr, "mem_info: pointer")
-    return MemInfo(alloc.ptr, alloc.size, alloc.kind, alloc.device, alloc.context, offset, alloc)
-
-
-def free_context_allocations(ctx: Context) -> None:
-    for alloc in list(ctx._allocs.values()):
-        if alloc._live:
-            free(alloc)
-
-
-def release_all(rt: Runtime, warn: Callable[[str, BaseException], None], at_exit: bool = False) -> None:
-    """Teardown: free every live allocation; one with live host views is leaked, not freed (at
-    interpreter exit silently: module globals still hold their views then, and the process ends)."""
-    for _, _, alloc in list(rt.registry):
-        if alloc._views and alloc._live_views():
-            if not at_exit:
-                warn(f"freeing {alloc!r}", RuntimeError("host views still alive: leaked rather than left dangling"))
-            continue
-        alloc._live = False
+    if type(target) is Allocation and kind is None and target.owned and not target._views:
+        alloc = target  # the common case, written out: it is counted in frames
+        rt = alloc.context._rt
+        if rt.state is not LIVE and rt.state is not CLOSING:  # teardown frees through here too
+            raise dead_runtime_error(rt)
+        with _claim:
+            if not alloc._live:
+                raise InvalidArgumentError(f"free: double free of {alloc!r}{rt.tracker.history(alloc.ptr)}")
+            alloc._live = False
+    else:
+        alloc = claim(target, "free", kind)
+    users = alloc._users
+    if users:
         try:
-            _release_block(alloc)
-        except BaseException as exc:
-            warn(f"freeing {alloc!r}", exc)
-    rt.registry.clear()
-    rt.live_per_backend.clear()
+            if _wait_or_defer(alloc, users):
+                return
+        except BaseException:
+            unclaim(alloc)
+            raise
+        alloc._users = None
+    rt = alloc.context._rt
+    rt.registry.remove(alloc.ptr)
     rt.epoch += 1
-    for ctx in rt.contexts:
-        ctx._allocs.clear()
-        for pool in ctx._pools.values():
+    live = rt.live_per_space
+    space = alloc.context._backend.name
+    if live[space] <= 1:
+        del live[space]
+    else:
+        live[space] -= 1
+    alloc.context._owned.pop(id(alloc), None)
+    if rt.tracker.on:
+        rt.tracker.freed_alloc(alloc)
+    pool = alloc._pool
+    if pool is not None:
+        pool.give(alloc._block)  # type: ignore[arg-type]
+
+
+def _wait_or_defer(alloc: Allocation, users: dict[QueueCore, int]) -> bool:
+    """Wait for the users of ``alloc``; ``True`` if the release had to be deferred instead."""
+    running = running_host_function()
+    for queue, seq in list(users.items()):
+        if running is not None and running[0] is queue and seq > running[1]:
+            queue.after(seq, lambda: release(alloc))
+            return True
+    for queue, seq in list(users.items()):
+        if queue._live:
             try:
-                pool.release_all()
-            except BaseException as exc:
-                warn(f"releasing the pool of {ctx!r}", exc)
+                queue.wait_done(seq)
+            except OffloadError:
+                pass  # the work failed: it no longer uses the memory (its queue reports the failure)
+    return False
 
 
-# ------------------------------------------------------------------------------------------
-# memory connection
-# ------------------------------------------------------------------------------------------
-
-
-def _side(pair: Any) -> tuple[Context, Device | None]:
-    from .context import Context
-
-    if isinstance(pair, Context):
-        return pair, None
-    try:
-        ctx, dev = pair
-    except (TypeError, ValueError):
-        raise InvalidArgumentError(f"memory_connection takes (context, device) pairs, got {pair!r}") from None
-    if not isinstance(ctx, Context):
-        raise InvalidArgumentError(f"memory_connection: {ctx!r} is not a Context")
-    if dev is not None and dev not in ctx.devices and not dev.host_memory:
-        raise InvalidArgumentError(f"memory_connection: {dev!r} is not in {ctx!r}")
-    if dev is not None and dev.host_memory and ctx.platform is not dev.platform:
-        dev = None  # the implicit host of a context: its HOST memory
-    return ctx, dev
-
-
-def memory_connection(a: Any, b: Any) -> MemoryConnection:
-    """How memory of ``(ctx_a, dev_a)`` reaches ``(ctx_b, dev_b)``; a device of ``None`` (or the
-    host device) means the context's HOST memory.
-
-    UNIFIED: the same pointer works on both sides.  MIGRATABLE: the backend copies directly.
-    NONE: copies go through host memory.
-    """
-    ca, da = _side(a)
-    cb, db = _side(b)
-    ca.check_alive()
-    cb.check_alive()
-    host_a = da is None or da.host_memory
-    host_b = db is None or db.host_memory
-    if ca.platform is not cb.platform:
-        # Only host memory on both sides is shared across platforms and backends.
-        return MemoryConnection.UNIFIED if host_a and host_b else MemoryConnection.NONE
-    answer = ca._disp.memory_connection_impl(
-        ca.handle, da.handle if da is not None else None, cb.handle, db.handle if db is not None else None
-    )
-    if answer is not None:
-        return MemoryConnection(answer)
-    if ca is cb:
-        if da is db or host_a or host_b:
-            return MemoryConnection.UNIFIED
-        return MemoryConnection.MIGRATABLE
-    if da is not None and db is not None and da.host_memory and db.host_memory:
-        return MemoryConnection.UNIFIED  # the host's own memory, whatever the context
-    return MemoryConnection.NONE
-
-
-# ------------------------------------------------------------------------------------------
-# memcpy / memfill
-# ------------------------------------------------------------------------------------------
-
-
-class _End:
-    """One side of a copy: host memory (``mv``/``addr``) and/or memory of a backend device."""
-
-    __slots__ = ("addr", "avail", "mv", "alloc", "device", "ctx", "host_ok")
-
-    def __init__(self) -> None:
-        self.addr = 0
-        self.avail = 0
-        self.mv: memoryview | None = None
-        self.alloc: Allocation | None = None
-        self.device: Device | None = None
-        self.ctx: Context | None = None
-        self.host_ok = False
-
-
-def _buffer_address(mv: memoryview) -> int:
-    if not mv.nbytes:
-        return 0
-    if not mv.readonly:
-        return ctypes.addressof(ctypes.c_char.from_buffer(mv))
-    import numpy as np  # the one portable way to get a read-only buffer's address
-
-    return int(np.frombuffer(mv, dtype=np.uint8).ctypes.data)
-
-
-def _resolve(rt: Runtime, obj: Any, role: str, writable: bool) -> _End:
-    end = _End()
-    if isinstance(obj, Allocation):
-        if not obj._live:
-            raise InvalidArgumentError(f"{role}: {obj!r} was freed{rt.tracker.history(obj.ptr)}")
-        alloc, offset = obj, 0
-        end.addr = obj.ptr
-    elif isinstance(obj, int) and not isinstance(obj, bool):
-        hit = rt.registry.find(obj)
-        if hit is None:
-            from .pinning import find_pinned
-
-            pinned = find_pinned(rt, obj, device_addresses=True)
-            if pinned is None:
-                raise InvalidArgumentError(
-                    f"{role}: pointer 0x{obj:x} is neither in a live allocation nor in pinned host memory"
-                    f"{rt.tracker.history(obj)}"
-                )
-            end.addr, end.avail = pinned
-            end.host_ok = True
-            return end
-        alloc, offset = hit[2], obj - hit[0]
-        end.addr = obj
-    elif isinstance(obj, GlobalVariable):
-        obj.program._check_loaded()
-        end.addr, end.avail = obj.address, obj.size
-        end.device, end.ctx = obj.program.device, obj.program.context
-        return end
-    else:
-        try:
-            mv = memoryview(obj)
-        except TypeError:
-            raise InvalidArgumentError(
-                f"{role}: expected an Allocation, a pointer or a buffer, got {type(obj).__name__}"
-            ) from None
-        if not mv.c_contiguous:
-            raise InvalidArgumentError(f"{role}: buffer must be C-contiguous")
-        if writable and mv.readonly:
-            raise InvalidArgumentError(f"{role}: buffer is read-only")
-        end.mv = mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
-        end.avail, end.host_ok = mv.nbytes, True
-        return end
-    end.alloc, end.avail = alloc, alloc.size - offset
-    end.ctx = alloc.context
-    end.device = alloc.device if alloc.device is not None else alloc.context.devices[0]
-    end.host_ok = alloc.host_accessible
-    return end
-
-
-def _host_view(end: _End, size: int) -> memoryview:
-    if end.mv is not None:
-        return end.mv[:size]
-    return memoryview((ctypes.c_char * size).from_address(end.addr)).cast("B")
-
-
-def _check_queue(queue: Queue | None, device: Device, role: str) -> Any:
-    if queue is None:
-        return None
-    queue._check_live()
-    if queue.device._backend is not device._backend or queue.context is not None and queue.device.platform is not device.platform:
-        raise InvalidArgumentError(f"{role}: {queue!r} cannot order work on {device!r}")
-    return queue.handle
-
-
-def memcpy(dst: Any, src: Any, size: int | None = None, queue: Queue | None = None) -> Event | None:
-    """Copy ``size`` bytes from ``src`` to ``dst``: host buffers, allocations of any kind, pointers
-    into them, pinned host pointers, or program globals, on any devices and backends.
-
-    ``size`` defaults to the smaller of the two sides.  With a ``queue`` the copy is ordered on it
-    and an :class:`Event` is returned; the source buffer is kept alive until the queue is waited on.
-    """
-    rt = _runtime.current()
-    d = _resolve(rt, dst, "memcpy dst", True)
-    s = _resolve(rt, src, "memcpy src", False)
-    if size is None:
-        size = min(d.avail, s.avail)
-    if type(size) is not int or size <= 0:
-        size = check_size(size, "memcpy size")
-    if size > s.avail:
-        raise InvalidSizeError(f"memcpy size {size} reads past the end of src ({s.avail} bytes available)")
-    if size > d.avail:
-        raise InvalidSizeError(f"memcpy size {size} writes past the end of dst ({d.avail} bytes available)")
-    return _copy(d, s, size, queue)
-
-
-def _copy(d: _End, s: _End, size: int, queue: Queue | None) -> Event | None:
-    if queue is not None:
-        for end in (d, s):
-            if end.alloc is not None:
-                used_by(end.alloc, queue)
-    if queue is None and d.host_ok and s.host_ok:
-        ctypes.memmove(d.addr if d.mv is None else _buffer_address(d.mv),
-                       s.addr if s.mv is None else _buffer_address(s.mv), size)
-        return None
-    if d.device is not None and s.device is not None:
-        if d.device._backend is s.device._backend and d.ctx is not None and s.ctx is not None:
-            conn = memory_connection((s.ctx, s.device), (d.ctx, d.device))
-            if conn is not MemoryConnection.NONE:
-                qh = _check_queue(queue, d.device, "memcpy")
-                try:
-                    ev = d.device._disp.data_exchange_impl(s.device.handle, s.addr, d.device.handle, d.addr, size, qh)
-                    return queue._event(ev) if queue is not None else None
-                except UnsupportedError:
-                    pass
-        if s.host_ok:
-            return _submit(d, _host_view(s, size), size, queue)
-        if d.host_ok:
-            return _retrieve(_host_view(d, size), s, size, queue)
-        return _staged(d, s, size, queue)
-    if d.device is not None:
-        return _submit(d, _host_view(s, size), size, queue)
-    if s.device is not None:
-        return _retrieve(_host_view(d, size), s, size, queue)
-    # host to host, ordered after the queue's earlier work
-    queue._check_live()  # type: ignore[union-attr]
-    queue.wait()  # type: ignore[union-attr]
-    return _copy(d, s, size, None) or queue._completed()  # type: ignore[union-attr]
-
-
-def _submit(d: _End, src: memoryview, size: int, queue: Queue | None) -> Event | None:
-    qh = _check_queue(queue, d.device, "memcpy")  # type: ignore[arg-type]
-    dev = queue.device if queue is not None else d.device
-    ev = dev._disp.data_submit_impl(dev.handle, qh, d.addr, src, size)  # type: ignore[union-attr]
-    if queue is None:
-        return None
-    queue._keep(src)
-    return queue._event(ev)
-
-
-def _retrieve(dst: memoryview, s: _End, size: int, queue: Queue | None) -> Event | None:
-    qh = _check_queue(queue, s.device, "memcpy")  # type: ignore[arg-type]
-    dev = queue.device if queue is not None else s.device
-    ev = dev._disp.data_retrieve_impl(dev.handle, qh, dst, s.addr, size)  # type: ignore[union-attr]
-    if queue is None:
-        return None
-    queue._keep(dst)
-    return queue._event(ev)
-
-
-def _staged(d: _End, s: _End, size: int, queue: Queue | None) -> Event | None:
-    """Copy through a bounded host buffer, chunk by chunk, so any size fits in host memory."""
-    if queue is not None:
-        queue.wait()
-    chunk = min(size, STAGING_CHUNK)
-    staging = memoryview(bytearray(chunk))
-    done = 0
-    while done < size:
-        n = min(chunk, size - done)
-        s.device._disp.data_retrieve_impl(s.device.handle, None, staging[:n], s.addr + done, n)  # type: ignore[union-attr]
-        d.device._disp.data_submit_impl(d.device.handle, None, d.addr + done, staging[:n], n)  # type: ignore[union-attr]
-        done += n
-    return queue._completed() if queue is not None else None
-
-
-def _pattern_bytes(pattern: Any) -> bytes:
-    if isinstance(pattern, (bytes, bytearray, memoryview)):
-        data = bytes(pattern)
-    elif hasattr(pattern, "dtype") and hasattr(pattern, "tobytes") and getattr(pattern, "ndim", 0) == 0:
-        data = pattern.tobytes()
-    else:
-        raise InvalidArgumentError(
-            f"memfill pattern must be bytes or a numpy scalar (e.g. numpy.uint32(7)), got {pattern!r}"
-        )
-    if not data:
-        raise InvalidSizeError("memfill pattern is empty")
-    return data
-
-
-def memfill(ptr: Any, pattern: Any, size: int | None = None, queue: Queue | None = None) -> Event | None:
-    """Fill ``size`` bytes at ``ptr`` with ``pattern`` repeated (bytes or a numpy scalar of any
-    width); ``size`` must be a multiple of the pattern length and defaults to the rest of the
-    allocation (rounded down to whole patterns)."""
-    rt = _runtime.current()
-    pat = _pattern_bytes(pattern)
-    end = _resolve(rt, ptr, "memfill dst", True)
-    if size is None:
-        size = end.avail - end.avail % len(pat)
-    size = check_size(size, "memfill size")
-    if size % len(pat):
-        raise InvalidSizeError(f"memfill size {size} is not a multiple of the pattern length {len(pat)}")
-    if size > end.avail:
-        raise InvalidSizeError(f"memfill size {size} writes past the end of dst ({end.avail} bytes available)")
-    if end.device is None or (queue is None and end.host_ok):
-        if queue is not None:
-            queue.wait()
-        _host_fill(_host_view(end, size), pat)
-        return queue._completed() if queue is not None else None
-    qh = _check_queue(queue, end.device, "memfill")
-    dev = queue.device if queue is not None else end.device
-    try:
-        ev = dev._disp.data_fill_impl(dev.handle, qh, end.addr, pat, size)
-    except UnsupportedError:
-        # Patterns the device cannot fill natively: write the expanded pattern in chunks.
-        if queue is not None:
-            queue.wait()
-        chunk = max(len(pat), STAGING_CHUNK - STAGING_CHUNK % len(pat))
-        block = memoryview(bytearray(min(chunk, size)))
-        _host_fill(block, pat)
-        done = 0
-        while done < size:
-            n = min(len(block), size - done)
-            dev._disp.data_submit_impl(dev.handle, None, end.addr + done, block[:n], n)
-            done += n
-        return queue._completed() if queue is not None else None
-    return queue._event(ev) if queue is not None else None
-
-
-def _host_fill(dst: memoryview, pat: bytes) -> None:
-    import numpy as np
-
-    arr = np.frombuffer(dst, dtype=np.uint8)
-    n = len(pat)
-    if n in (1, 2, 4, 8):
-        arr.view(f"u{n}").fill(np.frombuffer(pat, dtype=f"u{n}")[0])
-    else:
-        arr.reshape(-1, n)[:] = np.frombuffer(pat, dtype=np.uint8)
-
-
-# ------------------------------------------------------------------------------------------
-# managed-memory hints
-# ------------------------------------------------------------------------------------------
-
-
-def prefetch(ptr: Any, size: int, to: Device | None = None, queue: Queue | None = None) -> Event | None:
-    """Migrate a MANAGED range to device ``to`` (``None``: to the host).  A hint: a pointer that
-    is not MANAGED memory is ignored, as in liboffload."""
-    rt = _runtime.current()
-    size = check_size(size)
-    end = _resolve(rt, ptr, "prefetch ptr", False)
-    if size > end.avail:
-        raise InvalidSizeError(f"prefetch size {size} reaches past the end of the allocation ({end.avail} bytes)")
-    if end.alloc is None or end.alloc.kind is not AllocKind.MANAGED:
-        return queue._completed() if queue is not None else None
-    dev = to if to is not None else end.device
-    assert dev is not None
-    qh = _check_queue(queue, dev, "prefetch")
-    ev = dev._disp.data_prefetch_impl(dev.handle, qh, end.addr, size, to is not None)
-    return queue._event(ev) if queue is not None else None
-
-
-def advise(ptr: Any, size: int, advice: MemAdvice, device: Device | None = None) -> None:
-    """Give a usage hint for a MANAGED range; ignored for other memory."""
-    if not isinstance(advice, MemAdvice):
-        raise InvalidArgumentError(f"advice must be a pyoffload.MemAdvice, got {advice!r}")
-    rt = _runtime.current()
-    size = check_size(size)
-    end = _resolve(rt, ptr, "advise ptr", False)
-    if size > end.avail:
-        raise InvalidSizeError(f"advise size {size} reaches past the end of the allocation ({end.avail} bytes)")
-    if end.alloc is None or end.alloc.kind is not AllocKind.MANAGED:
-        return
-    dev = device or end.device
-    assert dev is not None
-    dev._disp.data_advise_impl(dev.handle, end.addr, size, advice)
+def release(alloc: Allocation, queue: QueueCore | None = None, seq: int = 0) -> None:
+    """Return a claimed allocation's block to its pool (stream-ordered on ``queue`` after ``seq``)
+    and forget it."""
+    block, pool = alloc._block, alloc._pool
+    alloc._users = None
+    unregister(alloc.context._rt, alloc)
+    if block is not None and pool is not None:
+        pool.give(block, queue, seq)

@@ -1,116 +1,56 @@
-"""Host-memory lock/unlock: the per-device pinned-allocation map (LLVM's PinnedAllocationMapTy).
+"""Host-memory lock/unlock (pinning) through each device's pinned map, and ``is_pinned``.
 
-* Locking a range fully inside a locked range adds a user and returns the offset device pointer.
-* A range that partially overlaps a locked one (it would extend it) is an error.
-* A range is unlocked, through ``data_unlock_impl``, when its last user unlocks it.
-* Memory the vendor already pinned (``data_pinned_info_impl``) or that pyoffload allocated as HOST
-  memory is recorded as externally locked: it gets users like any range but is never unlocked here.
-* Locked buffers are held (a strong reference per user) so they cannot be collected under the
-  device.  Lookups are O(log n) in the number of locked ranges.
+``device.lock(buffer)`` makes a host buffer usable by the device and returns the device address
+of its first byte; ``device.unlock(buffer)`` drops that use.  The rules of the pinned map are in
+:mod:`pyoffload.addresses.pinned`.  Each lock holds the buffer's export until its unlock, so the
+buffer cannot move, shrink or be closed while the device may use it; a read-only buffer can only
+be locked with ``read_only=True``, and copies into such a range are refused.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from . import runtime as _runtime
+from .addresses.pinned import PinnedRange
+from .buffers import host_view
+from .device import GenericDevice
 from .enums import AllocKind
 from .errors import InvalidArgumentError, InvalidSizeError
-from .intervals import IntervalMap
-from .memory import Allocation, _buffer_address
-
-if TYPE_CHECKING:
-    from .device import Device
-    from .runtime import Runtime
+from .memory import Allocation
+from .runtime import LIVE, Runtime, active
 
 
-class PinnedRange:
-    __slots__ = ("base", "size", "dev_ptr", "users", "external", "holds")
-
-    def __init__(self, base: int, size: int, dev_ptr: int, external: bool) -> None:
-        self.base = base
-        self.size = size
-        self.dev_ptr = dev_ptr
-        self.users = 0
-        self.external = external
-        self.holds: list[Any] = []
-
-    def __repr__(self) -> str:
-        how = "external" if self.external else "locked"
-        return f"<PinnedRange 0x{self.base:x}+{self.size} {how} users={self.users}>"
-
-
-class PinnedMap:
-    """The locked host ranges of one device, indexed by host address and by device address."""
-
-    def __init__(self) -> None:
-        self.by_host: IntervalMap[PinnedRange] = IntervalMap()
-        self.by_dev: IntervalMap[PinnedRange] = IntervalMap()
-
-    def insert(self, entry: PinnedRange) -> None:
-        self.by_host.insert(entry.base, entry.base + entry.size, entry)
-        self.by_dev.insert(entry.dev_ptr, entry.dev_ptr + entry.size, entry)
-
-    def remove(self, entry: PinnedRange) -> None:
-        self.by_host.remove(entry.base)
-        self.by_dev.remove(entry.dev_ptr)
-
-
-def _pins(device: Device) -> PinnedMap:
-    pins = device.__dict__.get("_pins")
-    if pins is None:
-        pins = device.__dict__.setdefault("_pins", PinnedMap())
-    return pins
-
-
-def _host_range(buffer: Any, what: str) -> tuple[int, int]:
-    if isinstance(buffer, Allocation):
-        raise InvalidArgumentError(f"{what}: {buffer!r} is an allocation, not a host buffer")
-    try:
-        mv = memoryview(buffer)
-    except TypeError:
-        raise InvalidArgumentError(f"{what}: expected a host buffer (buffer protocol), got {type(buffer).__name__}") from None
-    if not mv.c_contiguous:
-        raise InvalidArgumentError(f"{what}: buffer must be C-contiguous")
-    if mv.nbytes == 0:
-        raise InvalidSizeError(f"{what}: buffer is empty")
-    return _buffer_address(mv), mv.nbytes
-
-
-def lock(device: Device, buffer: Any) -> int:
+def lock(device: GenericDevice, buffer: Any, read_only: bool = False) -> int:
     """Pin ``buffer`` for ``device``; return the device-accessible address of its first byte."""
-    rt = device._rt
-    rt.check_alive()
-    addr, size = _host_range(buffer, "lock")
-    pins = _pins(device)
-    with rt.lock:
-        entry = _containing(pins, addr, size)
+    device._rt.check_alive()
+    if isinstance(buffer, Allocation):
+        raise InvalidArgumentError(f"lock: {buffer!r} is an allocation, not a host buffer")
+    hv = host_view(buffer, "lock", writable=not read_only)
+    if hv.nbytes == 0:
+        raise InvalidSizeError("lock: the buffer is empty")
+    addr, size = hv.address, hv.nbytes
+    pins = device.pins
+    with pins.lock:
+        entry = pins.containing(addr, size)
         if entry is None:
             over = pins.by_host.overlapping(addr, addr + size)
             if over:
                 b, e, _ = over[0]
-                raise InvalidArgumentError(
-                    f"lock: range 0x{addr:x}+{size} would extend the locked range 0x{b:x}+{e - b}"
-                )
+                raise InvalidArgumentError(f"lock: range 0x{addr:x}+{size} would extend the locked range 0x{b:x}+{e - b}")
             entry = _external_range(device, addr, size)
             if entry is None:
                 dev_ptr = device._disp.data_lock_impl(device.handle, addr, size)
-                entry = PinnedRange(addr, size, int(dev_ptr), external=False)
+                entry = PinnedRange(addr, size, int(dev_ptr), external=False, writable=not hv.readonly)
             pins.insert(entry)
-        entry.users += 1
-        entry.holds.append(buffer)
+        elif hv.readonly is False:
+            entry.writable = True
+        entry.holds.append((addr, size, hv.view))
         return entry.dev_ptr + (addr - entry.base)
 
 
-def _containing(pins: PinnedMap, addr: int, size: int) -> PinnedRange | None:
-    """The locked range that holds all of ``[addr, addr + size)``, if any."""
-    hit = pins.by_host.find(addr)
-    return hit[2] if hit is not None and addr + size <= hit[1] else None
-
-
-def _external_range(device: Device, addr: int, size: int) -> PinnedRange | None:
-    """A range already pinned by someone else that contains ``[addr, addr + size)``."""
+def _external_range(device: GenericDevice, addr: int, size: int) -> PinnedRange | None:
+    """A range already pinned by someone else (HOST memory of pyoffload, or pinned by the vendor)
+    that contains ``[addr, addr + size)``."""
     hit = device._rt.registry.find(addr)
     if hit is not None and hit[2].kind is AllocKind.HOST:
         base, end, _ = hit
@@ -119,87 +59,82 @@ def _external_range(device: Device, addr: int, size: int) -> PinnedRange | None:
         found = device._disp.data_pinned_info_impl(device.handle, addr)
         if found is None:
             return None
-        base = found[0]
-        end = base + found[1]
-    if addr + size > base + found[1]:
+    base, length, dev_base = (int(v) for v in found)
+    if addr + size > base + length:
         raise InvalidArgumentError(
-            f"lock: range 0x{addr:x}+{size} extends beyond externally pinned memory 0x{base:x}+{found[1]}"
-        )
-    return PinnedRange(base, found[1], found[2], external=True)
+            f"lock: range 0x{addr:x}+{size} extends beyond externally pinned memory 0x{base:x}+{length}")
+    return PinnedRange(base, length, dev_base, external=True)
 
 
-def unlock(device: Device, buffer: Any) -> None:
-    """Drop one user of the locked range holding ``buffer``; unpin it when none is left."""
-    rt = device._rt
-    rt.check_alive()
-    addr, size = _host_range(buffer, "unlock")
-    pins = _pins(device)
-    with rt.lock:
-        entry = _containing(pins, addr, size)
+def unlock(device: GenericDevice, buffer: Any) -> None:
+    """Drop one use of the locked range holding ``buffer``; unpin it when none is left.  Unlocking
+    a sub-range that was never locked by itself is an error (it does not release its enclosing
+    lock)."""
+    device._rt.check_alive()
+    hv = host_view(buffer, "unlock", writable=False)
+    addr, size = hv.address, hv.nbytes
+    pins = device.pins
+    with pins.lock:
+        entry = pins.containing(addr, size)
         if entry is None:
             raise InvalidArgumentError(f"unlock: host range 0x{addr:x}+{size} is not locked for {device!r}")
-        if entry.users == 1 and not entry.external:
-            device._disp.data_unlock_impl(device.handle, entry.base)
-        entry.users -= 1
-        for i, held in enumerate(entry.holds):
-            if held is buffer:
-                del entry.holds[i]
+        for i, (a, n, _) in enumerate(entry.holds):
+            if a == addr and n == size:
                 break
         else:
-            entry.holds.pop()
-        if entry.users == 0:
+            raise InvalidArgumentError(
+                f"unlock: host range 0x{addr:x}+{size} was not locked itself (it lies inside the locked "
+                f"range 0x{entry.base:x}+{entry.size}); unlock the buffer that was locked")
+        if len(entry.holds) == 1 and not entry.external:
+            device._disp.data_unlock_impl(device.handle, entry.base)
+        del entry.holds[i]
+        if not entry.holds:
             pins.remove(entry)
+
+
+def _host_address(ptr: Any) -> int:
+    if isinstance(ptr, int) and not isinstance(ptr, bool):
+        return int(ptr)
+    hv = host_view(ptr, "is_pinned", writable=False)
+    return hv.address
 
 
 def is_pinned(ptr: Any) -> bool:
     """Whether a host address (or buffer) lies in memory pinned for any device, HOST memory
     allocated through pyoffload included."""
-    rt = _runtime.current()
-    if isinstance(ptr, int) and not isinstance(ptr, bool):
-        addr = ptr
-    else:
-        addr, _ = _host_range(ptr, "is_pinned")
+    rt = active()
+    if rt is None or rt.state is not LIVE:
+        return False
+    addr = _host_address(ptr)
     if find_pinned(rt, addr) is not None:
         return True
     hit = rt.registry.find(addr)
     return hit is not None and hit[2].kind is AllocKind.HOST
 
 
-def find_pinned(rt: Runtime, addr: int, device_addresses: bool = False) -> tuple[int, int] | None:
-    """``(host address, bytes left in the range)`` if ``addr`` lies in host memory pinned for any
-    device.  With ``device_addresses``, a device address returned by ``lock`` is accepted too and
-    translated to the host address it maps (the two differ on some drivers)."""
+def find_pinned(rt: Runtime, addr: int, device_addresses: bool = False) -> tuple[int, int, bool] | None:
+    """``(host address, bytes left in the range, writable)`` if ``addr`` lies in host memory
+    pinned for any device.  With ``device_addresses``, a device address returned by ``lock`` is
+    accepted too and translated to the host address it maps (the two differ on some drivers)."""
     for device in rt.devices:
-        pins = device.__dict__.get("_pins")
-        if pins is None:
+        pins = device.pins
+        if not pins:
             continue
         hit = pins.by_host.find(addr)
         if hit is not None:
-            return addr, hit[1] - addr
+            return addr, hit[1] - addr, hit[2].writable
         if device_addresses:
             hit = pins.by_dev.find(addr)
             if hit is not None:
-                return hit[2].base + (addr - hit[0]), hit[1] - addr
+                entry = hit[2]
+                return entry.base + (addr - hit[0]), hit[1] - addr, entry.writable
     return None
 
 
-def device_pointer(device: Device, addr: int) -> tuple[int, int] | None:
-    """If ``addr`` is a device address of a range pinned for ``device``: ``(addr, bytes left)``."""
-    pins = device.__dict__.get("_pins")
-    if pins is None:
+def device_pointer(device: GenericDevice, addr: int) -> int | None:
+    """If ``addr`` is a device address of a range pinned for ``device``: the bytes left in it."""
+    pins = device.pins
+    if not pins:
         return None
     hit = pins.by_dev.find(addr)
-    return (addr, hit[1] - addr) if hit is not None else None
-
-
-def release_all(rt: Runtime, warn: Callable[[str, BaseException], None]) -> None:
-    for device in rt.devices:
-        pins: PinnedMap | None = device.__dict__.pop("_pins", None)
-        if pins is None:
-            continue
-        for _, _, entry in list(pins.by_host):
-            if not entry.external:
-                try:
-                    device._disp.data_unlock_impl(device.handle, entry.base)
-                except BaseException as exc:
-                    warn(f"unlocking {entry!r}", exc)
+    return hit[1] - addr if hit is not None else None

@@ -1,45 +1,67 @@
-"""Programs (loaded device images), their kernels and global variables.
+"""Programs (loaded device images), their kernels and their global variables.
 
 Load: copy the caller's bytes, ``load_binary_impl``, record the program, run its global
-constructors, tell observers.  Unload: destructors, observers (``program_unloading``: the last
-chance to read counters), ``unload_binary_impl``, forget.  Teardown unloads in reverse load order.
+constructors (launches on the context's internal queue), tell observers.  Unload: refuse new
+launches, wait for the launches already queued (each launch records itself as a user of its
+program, so the wait covers exactly those), run the destructors, tell observers
+(``program_unloading``: the last chance to read counters), ``unload_binary_impl``, forget the
+program and its globals.  Teardown unloads in reverse load order.
+
+A wait that would never finish (unloading from a host function of a queue that still has launches
+of the program after it) is refused with an error and changes nothing; a ``KeyboardInterrupt``
+while waiting leaves the program loaded and usable.
 """
 
 from __future__ import annotations
 
+import operator
+import threading
 import warnings
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .backend import SymbolDesc
+import numpy as np
+
+from .backend import KERNEL_ATTRIBUTE_KEYS, SymbolDesc
+from .context import GenericContext
+from .device import GenericDevice
+from .enums import AllocKind, SymbolKind
 from .errors import (
+    got,
     Errc,
     InvalidArgumentError,
     InvalidBinaryError,
     InvalidHandleError,
     InvalidSizeError,
+    NotFoundError,
+    OffloadError,
     TeardownWarning,
 )
+from .memory import Allocation, register_external, unregister
+from .queue_core import EXIT_WAIT_SECONDS, QueueCore
+from .runtime import warn_teardown
+from .transfer import memcpy
 
-if TYPE_CHECKING:
-    import numpy as np
+LOADED, UNLOADING, UNLOADED = "loaded", "unloading", "unloaded"
 
-    from .context import Context
-    from .device import Device
 
-_LOADED, _UNLOADING, _UNLOADED = "loaded", "unloading", "unloaded"
+def _warn(message: str) -> None:
+    warnings.warn(message, TeardownWarning, stacklevel=4)
 
 
 class Program:
-    """A device image loaded on one device.  Use as a context manager, or call ``unload()``."""
+    """A device image loaded on one device.  Use it as a context manager, or call ``unload()``."""
 
-    def __init__(self, context: Context, device: Device, image: bytes | bytearray | memoryview) -> None:
+    _teardown_rank = 0
+
+    def __init__(self, context: GenericContext, device: GenericDevice, image: bytes | bytearray | memoryview) -> None:
         context.check_alive()
-        if device not in context.devices:
-            raise InvalidArgumentError(f"load_program: {device!r} is not in {context!r}")
-        if not isinstance(image, (bytes, bytearray, memoryview)):
-            raise InvalidArgumentError(f"load_program: image must be bytes-like, got {type(image).__name__}")
-        data = bytes(image)  # our own copy: the caller's buffer need not outlive the program
+        context.check_device(device, "load_program")
+        if isinstance(image, str):
+            raise TypeError(f"load_program takes the image's bytes, got {got(image)}; to build source, use Device.build_program")
+        try:
+            data = bytes(image)  # our own copy: the caller's buffer need not outlive the program
+        except TypeError:
+            raise TypeError(f"load_program: image must be bytes-like, got {got(image)}") from None
         if not data:
             raise InvalidBinaryError("load_program: the image is empty")
         self.context = context
@@ -47,25 +69,29 @@ class Program:
         self.image = data
         self._disp = device._disp
         self._rt = device._rt
+        self._lock = threading.Lock()
         self._kernels: dict[str, Kernel] = {}
         self._globals: dict[str, GlobalVariable] = {}
-        self._symbols: list[SymbolDesc] | None = None
+        self._symbols: dict[str, SymbolDesc] | None = None
+        self._users: dict[QueueCore, int] = {}  # queue -> its last launch of one of our kernels
         self.handle = self._disp.load_binary_impl(context.handle, device.handle, data)
-        self._state = _LOADED
-        self._seq = self._rt.add_program(self)
+        self._state = LOADED
         try:
+            self._rt.track(self._rt.programs, self)
+            context.adopt(self)
             init_fini = self._disp.global_init_fini_impl(device.handle, self.handle)
             self._fini: tuple[str, ...] = tuple(init_fini.fini) if init_fini else ()
             for name in init_fini.init if init_fini else ():
                 self._run_entry(name)
         except BaseException:
             # A failed load creates nothing: release the image without running destructors.
-            self._state = _UNLOADED
-            self._rt.programs.pop(self._seq, None)
+            self._state = UNLOADED
+            self._rt.untrack(self._rt.programs, self)
+            context.disown(self)
             try:
                 self._disp.unload_binary_impl(device.handle, self.handle)
-            except BaseException as exc:
-                warnings.warn(f"releasing a program whose constructor failed: {exc!r}", TeardownWarning, stacklevel=2)
+            except Exception as exc:
+                warn_teardown("releasing a program whose constructor failed", exc)
             raise
         device._backend.pm.hook.program_loaded(program=self)
 
@@ -73,92 +99,143 @@ class Program:
 
     @property
     def loaded(self) -> bool:
-        return self._state == _LOADED
+        return self._state is LOADED
 
-    def _check_loaded(self) -> None:
-        if self._state != _LOADED:
+    def check_loaded(self) -> None:
+        if self._state is not LOADED:
+            if not self._rt.alive:
+                raise InvalidHandleError(f"{self!r} belongs to a runtime that was shut down", Errc.UNINITIALIZED)
             raise InvalidHandleError(f"{self!r} is {self._state}", Errc.INVALID_PROGRAM)
-        if not self._rt.alive:
-            self._rt.check_alive()
 
     def _run_entry(self, name: str) -> None:
-        kernel = self._disp.get_kernel_impl(self.device.handle, self.handle, name)
-        self._disp.launch_impl(self.device.handle, None, kernel, (1, 1, 1), (1, 1, 1), ())
+        """Run a constructor or destructor: once, no arguments, 1x1x1, on the internal queue."""
+        kernel = self.kernel(name) if self._state is LOADED else Kernel(self, name, self._kernel_handle(name))
+        queue = self.context.internal_queue(self.device)
+        args = kernel.packed(())
+        seq = queue.enqueue(self._disp.launch_impl, (self.device.handle, queue.handle, kernel.handle,
+                                                     (1, 1, 1), (1, 1, 1), args))
+        queue.wait_for(seq)
 
     def unload(self) -> None:
-        """Run the destructors, notify observers, release the image.  Unloading twice is an
-        ``INVALID_PROGRAM`` error.  Destructor failures are warnings: the unload completes."""
-        with self._rt.lock:
-            self._check_loaded()
-            self._state = _UNLOADING
-        self._release(teardown=False)
+        """Wait for queued launches of the program's kernels, run its destructors, notify
+        observers, release the image.  Unloading twice is an ``INVALID_PROGRAM`` error;
+        destructor failures are warnings (the unload completes)."""
+        with self._lock:
+            self.check_loaded()
+            self._state = UNLOADING  # no new launch from here on (see Queue.launch)
+        self._release(at_exit=False)
 
-    def _release(self, teardown: bool) -> None:
-        with self._rt.lock:
-            if self._state == _UNLOADED:
-                return
-            self._state = _UNLOADING
+    def _release(self, at_exit: bool) -> None:
         try:
-            # Work still queued may run this program's code: let it finish before the code goes.
-            for queue in list(self._rt.queues.values()):
-                if queue.device is self.device and queue._live:
+            for queue, seq in list(self._users.items()):
+                if queue._live:
+                    if at_exit:
+                        if not queue.drain_within(EXIT_WAIT_SECONDS):
+                            raise OffloadError(f"{queue!r} still runs work of {self!r} at exit: leaked",
+                                               Errc.BACKEND_FAILURE)
+                        continue
                     try:
-                        self._disp.queue_synchronize_impl(self.device.handle, queue.handle)
-                    except BaseException as exc:
-                        warnings.warn(f"waiting for {queue!r} before unloading {self!r}: {exc!r}",
-                                      TeardownWarning, stacklevel=3)
-            for name in self._fini:
-                try:
-                    self._run_entry(name)
-                except BaseException as exc:
-                    warnings.warn(f"destructor {name!r} of {self!r} failed: {exc!r}", TeardownWarning, stacklevel=3)
+                        queue.wait_done(seq)
+                    except OffloadError as exc:
+                        if exc.errc is Errc.INVALID_QUEUE:
+                            raise  # waiting would never finish: refuse, change nothing
+                        # a failed launch has finished too; its queue reports the failure
+        except BaseException:
+            with self._lock:
+                self._state = LOADED
+            raise
+        # From here on the unload completes; an interrupt is re-raised at the end.
+        interrupted: BaseException | None = None
+        for name in self._fini:
             try:
-                self.device._backend.pm.hook.program_unloading(program=self)
-            except BaseException as exc:
-                warnings.warn(f"program_unloading observer failed for {self!r}: {exc!r}", TeardownWarning, stacklevel=3)
+                self._run_entry(name)
+            except KeyboardInterrupt as exc:
+                interrupted = exc
+            except Exception as exc:
+                _warn(f"destructor {name!r} of {self!r} failed: {exc!r}")
+        try:
+            self.device._backend.pm.hook.program_unloading(program=self)
+        except Exception as exc:
+            _warn(f"program_unloading observer failed for {self!r}: {exc!r}")
+        try:
             self._disp.unload_binary_impl(self.device.handle, self.handle)
         finally:
-            self._state = _UNLOADED
-            self._rt.epoch += 1
-            self._rt.programs.pop(self._seq, None)
+            for g in self._globals.values():
+                unregister(self._rt, g.allocation)
+            self._state = UNLOADED
+            self._users.clear()
+            self._rt.untrack(self._rt.programs, self)
+            self.context.disown(self)
+        if interrupted is not None:
+            raise interrupted
+
+    def _teardown(self, at_exit: bool) -> None:
+        with self._lock:
+            if self._state is not LOADED:
+                return
+            self._state = UNLOADING
+        self._release(at_exit)
 
     def __enter__(self) -> Program:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._state == _LOADED:
+        if self._state is LOADED:
             self.unload()
 
     # -- symbols --------------------------------------------------------------------------
 
+    def _symbol_table(self) -> dict[str, SymbolDesc]:
+        if self._symbols is None:
+            self._symbols = {s.name: s for s in self._disp.get_symbols_impl(self.device.handle, self.handle)}
+        return self._symbols
+
     def symbols(self) -> list[SymbolDesc]:
         """The program's kernels and global variables."""
-        self._check_loaded()
-        if self._symbols is None:
-            self._symbols = list(self._disp.get_symbols_impl(self.device.handle, self.handle))
-        return list(self._symbols)
+        self.check_loaded()
+        return list(self._symbol_table().values())
+
+    def _find(self, name: Any, kind: SymbolKind) -> SymbolDesc:
+        if not isinstance(name, str):
+            raise TypeError(f"{kind.value} name must be a str, got {got(name)}")
+        sym = self._symbol_table().get(name)
+        if sym is None:
+            raise NotFoundError(f"{self!r} has no {kind.value} named {name!r}")
+        if sym.kind is not kind:
+            raise InvalidArgumentError(f"{name!r} is a {sym.kind.value}, not a {kind.value}", Errc.SYMBOL_KIND)
+        return sym
+
+    def _kernel_handle(self, name: str) -> Any:
+        return self._disp.get_kernel_impl(self.device.handle, self.handle, name)
 
     def kernel(self, name: str) -> Kernel:
-        """The kernel ``name``; ``NOT_FOUND`` if the image has none of that name."""
-        self._check_loaded()
+        """The kernel ``name``: ``NOT_FOUND`` if there is none, ``SYMBOL_KIND`` for a global."""
         k = self._kernels.get(name)
         if k is None:
-            if not isinstance(name, str) or not name:
-                raise InvalidArgumentError(f"kernel name must be a non-empty str, got {name!r}")
-            k = Kernel(self, name, self._disp.get_kernel_impl(self.device.handle, self.handle, name))
-            self._kernels[name] = k
+            self.check_loaded()
+            self._find(name, SymbolKind.KERNEL)
+            with self._lock:
+                k = self._kernels.get(name)
+                if k is None:
+                    k = self._kernels[name] = Kernel(self, name, self._kernel_handle(name))
+        elif self._state is not LOADED:
+            self.check_loaded()
         return k
 
     def global_variable(self, name: str) -> GlobalVariable:
-        """The global variable ``name`` with its device address and size."""
-        self._check_loaded()
+        """The global variable ``name`` (``NOT_FOUND`` / ``SYMBOL_KIND`` as for ``kernel``); its
+        address then resolves with ``mem_info`` and works as a launch argument and in copies."""
+        self.check_loaded()
         g = self._globals.get(name)
         if g is None:
-            if not isinstance(name, str) or not name:
-                raise InvalidArgumentError(f"global name must be a non-empty str, got {name!r}")
-            addr, size = self._disp.get_global_impl(self.device.handle, self.handle, name)
-            g = GlobalVariable(self, name, int(addr), int(size))
-            self._globals[name] = g
+            self._find(name, SymbolKind.GLOBAL)
+            with self._lock:
+                g = self._globals.get(name)
+                if g is None:
+                    addr, size = self._disp.get_global_impl(self.device.handle, self.handle, name)
+                    alloc = register_external(self._rt, int(addr), int(size), AllocKind.DEVICE, self.device,
+                                              self.context, self)
+                    g = self._globals[name] = GlobalVariable(self, name, alloc)
         return g
 
     def __repr__(self) -> str:
@@ -168,71 +245,109 @@ class Program:
 class Kernel:
     """A kernel of a loaded program; launch it with ``Queue.launch`` or ``Queue.prepare``."""
 
-    __slots__ = ("program", "name", "handle", "_signature")
+    __slots__ = ("program", "name", "handle", "_signature", "_attributes", "_packers", "binders")
 
     def __init__(self, program: Program, name: str, handle: Any) -> None:
         self.program = program
         self.name = name
         self.handle = handle
-        self._signature: Sequence[str] | None | bool = False  # False: not asked yet
+        self._signature: tuple[str, ...] | None | bool = False  # False: not asked yet
+        self._attributes: dict[str, Any] | None = None
+        self._packers: dict[tuple[str, ...], Any] = {}
+        self.binders: dict[tuple[type, ...], Any] = {}  # argument binders by argument types (launch.py)
 
     @property
-    def device(self) -> Device:
+    def device(self) -> GenericDevice:
         return self.program.device
 
     @property
-    def signature(self) -> Sequence[str] | None:
-        """Parameter kinds (``"ptr"``, ``"i32"``, ...) if the image says, else ``None``."""
+    def signature(self) -> tuple[str, ...] | None:
+        """Parameter kinds (``"ptr"``, ``"i32"``, ...) if the image declares them, else ``None``."""
         if self._signature is False:
             prog = self.program
             sig = prog._disp.kernel_signature_impl(prog.device.handle, self.handle)
             self._signature = tuple(sig) if sig is not None else None
         return self._signature  # type: ignore[return-value]
 
+    def packer(self, kinds: tuple[str, ...]) -> Any:
+        """The backend's packer for this argument-kind signature (``None``: the values as they are)."""
+        try:
+            return self._packers[kinds]
+        except KeyError:
+            prog = self.program
+            packer = prog._disp.kernel_packer_impl(prog.device.handle, self.handle, kinds)
+            self._packers[kinds] = packer
+            return packer
+
+    def packed(self, values: tuple[Any, ...]) -> Any:
+        """``values`` packed for ``launch_impl`` (used for arguments-free entry points)."""
+        packer = self.packer(tuple("ptr" if type(v) is int else "local" for v in values))
+        return packer(values) if packer is not None else values
+
+    @property
+    def attributes(self) -> dict[str, Any]:
+        """The kernel's attributes on its device: the keys of
+        :data:`pyoffload.backend.KERNEL_ATTRIBUTE_KEYS` (``None`` where unknown; the device's
+        limits where the backend reports nothing) plus the backend's own extras."""
+        if self._attributes is None:
+            prog = self.program
+            prog.check_loaded()
+            reported = prog._disp.kernel_attributes_impl(prog.device.handle, self.handle) or {}
+            attrs: dict[str, Any] = dict.fromkeys(KERNEL_ATTRIBUTE_KEYS)
+            info = prog.device.info
+            attrs["max_work_group_size"] = info.get("max_work_group_size")
+            attrs["preferred_work_group_multiple"] = info.get("sub_group_size")
+            attrs.update(reported)
+            self._attributes = attrs
+        return dict(self._attributes)
+
     def __repr__(self) -> str:
         return f"<pyoffload.Kernel {self.name!r} of {self.program!r}>"
 
 
 class GlobalVariable:
-    """A program's global: ``address`` on the device, ``size`` in bytes, ``read``/``write``."""
+    """A program's global: ``address`` on the device, ``size`` in bytes, ``read``/``write``.
 
-    __slots__ = ("program", "name", "address", "size")
+    ``allocation`` is its entry in the address registry (external: never freed by pyoffload).
+    """
 
-    def __init__(self, program: Program, name: str, address: int, size: int) -> None:
+    __slots__ = ("program", "name", "allocation")
+
+    def __init__(self, program: Program, name: str, allocation: Allocation) -> None:
         self.program = program
         self.name = name
-        self.address = address
-        self.size = size
+        self.allocation = allocation
+
+    @property
+    def address(self) -> int:
+        return self.allocation.ptr
+
+    @property
+    def size(self) -> int:
+        return self.allocation.size
 
     def read(self, dtype: Any = None) -> bytes | np.ndarray:
         """The current value: ``bytes``, or a numpy array of ``dtype``."""
-        self.program._check_loaded()
+        self.program.check_loaded()
         out = bytearray(self.size)
-        dev = self.program.device
-        dev._disp.data_retrieve_impl(dev.handle, None, memoryview(out), self.address, self.size)
+        memcpy(out, self.allocation, self.size)
         if dtype is None:
             return bytes(out)
-        import numpy as np
-
         return np.frombuffer(out, dtype=dtype).copy()
 
     def write(self, data: Any, offset: int = 0) -> None:
-        """Overwrite ``len(data)`` bytes at ``offset``; writing past the end is INVALID_SIZE."""
-        self.program._check_loaded()
-        try:
-            mv = memoryview(data).cast("B")
-        except TypeError:
-            raise InvalidArgumentError(f"write: expected a buffer, got {type(data).__name__}") from None
-        if type(offset) is not int or offset < 0:
-            raise InvalidArgumentError(f"write: offset must be a non-negative int, got {offset!r}")
+        """Overwrite ``len(data)`` bytes at ``offset``; writing past the end is ``INVALID_SIZE``."""
+        self.program.check_loaded()
+        offset = operator.index(offset)
+        if offset < 0:
+            raise InvalidSizeError(f"write: offset must be non-negative, got {offset}")
+        mv = memoryview(data).cast("B")
         if mv.nbytes == 0:
             raise InvalidSizeError("write: data is empty")
         if offset + mv.nbytes > self.size:
             raise InvalidSizeError(
-                f"write of {mv.nbytes} bytes at offset {offset} overruns global {self.name!r} ({self.size} bytes)"
-            )
-        dev = self.program.device
-        dev._disp.data_submit_impl(dev.handle, None, self.address + offset, mv, mv.nbytes)
+                f"write of {mv.nbytes} bytes at offset {offset} overruns global {self.name!r} ({self.size} bytes)")
+        memcpy(self.allocation.ptr + offset, mv, mv.nbytes)
 
     def __repr__(self) -> str:
         return f"<pyoffload.GlobalVariable {self.name!r} 0x{self.address:x} size={self.size}>"

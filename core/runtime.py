@@ -1,10 +1,20 @@
-"""The process-wide runtime: lazy initialisation, the object lists, teardown and atexit.
+"""The process-wide runtime state: what is alive, teardown in dependency order, exit and fork.
 
-Nothing happens at import: backends are discovered and initialised the first time the
-application asks for platforms or devices (LLVM issue #159636: plugin initialisation should not be
-a cost every process pays).  ``shutdown()`` and the atexit handler tear everything down in one
-order: programs (destructors) in reverse load order, queues, allocations and pools, pinned ranges,
-contexts, then each backend's ``deinit_impl``.  Failures there become warnings.
+Nothing happens at import: the public layer (:mod:`pyoffload.api`) discovers and initialises the
+backends the first time the application asks for devices and installs the result here (LLVM
+issue #159636: plugin initialisation should not be a cost every process pays).  The layers below
+the public one only ever look at the runtime that exists (:func:`active`); none of them starts one.
+
+Teardown (``pyoffload.shutdown()`` and interpreter exit) runs in one order: the application's
+``on_shutdown`` callbacks (the runtime still fully usable), then programs (destructors) in reverse
+load order, queues, the allocation report, allocations and caches, pinned ranges, contexts, and
+each backend's ``deinit_impl``.  Objects take part through one small protocol, ``_teardown(at_exit)``,
+so this module imports none of them.  No lock is held while an object waits for its device or a
+callback runs; failures become :class:`~pyoffload.TeardownWarning`.
+
+After ``fork()`` the child inherits a runtime whose drivers, threads and locks belong to the
+parent: every use in the child is an error that says so (the parent's objects are never touched,
+and nothing of it is torn down at the child's exit).
 """
 
 from __future__ import annotations
@@ -14,243 +24,263 @@ import os
 import threading
 import warnings
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from .discovery import HOST_BACKEND, Backend, PluginReport, load_backends
-from .errors import Errc, InvalidHandleError, NoDevicesError, OffloadError, TeardownWarning
-from .intervals import IntervalMap
-from .pool import threshold_from_env
+from .addresses.intervals import RangeMap
+from .errors import Errc, InvalidHandleError, OffloadError, TeardownWarning, got
+from .hooks.discovery import Backend, PluginReport
+from .settings import Settings
 from .tracking import Tracker
-
-if TYPE_CHECKING:
-    from .context import Context
-    from .device import Device, Platform
-    from .memory import Allocation
-    from .program import Program
-    from .queue import Queue
 
 WrapperFactory = Callable[[str], Any]
 
+LIVE, CLOSING, CLOSED, FORKED = "live", "closing", "closed", "forked"
+
+FORK_MESSAGE = (
+    "pyoffload was initialised in the parent process before fork(): the child cannot use the "
+    "parent's devices, queues or memory.  Start pyoffload only in the child, use the 'spawn' or "
+    "'forkserver' start method, or call pyoffload.shutdown() in the child to discard the inherited "
+    "runtime and start a fresh one"
+)
+
+
+class Releasable(Protocol):
+    """What teardown needs of programs, queues, allocations, devices and contexts."""
+
+    def _teardown(self, at_exit: bool) -> None: ...
+
 
 class Runtime:
-    """All live state.  One instance per initialisation; a shutdown retires it."""
+    """All live state of one initialisation; a shutdown retires it.
 
-    def __init__(self) -> None:
+    ``lock`` guards the object tables only: it is never held while waiting on a device, running
+    user code, or calling a hook that may block.
+    """
+
+    def __init__(self, settings: Settings, backends: list[Backend], reports: list[PluginReport]) -> None:
+        self.settings = settings
         self.lock = threading.RLock()
-        self.alive = True
-        self.backends: list[Backend] = []
-        self.reports: list[PluginReport] = []
-        self.platforms: list[Platform] = []
-        self.devices: list[Device] = []
-        self.contexts: list[Context] = []
-        self.programs: dict[int, Program] = {}  # insertion order is load order
-        self.queues: dict[int, Queue] = {}
-        self._next_program = 0
-        self.registry: IntervalMap[Allocation] = IntervalMap()
-        self.live_per_backend: dict[str, int] = {}
+        self.state = LIVE
+        self.backends = backends
+        self.reports = reports
+        self.platforms: list[Any] = []  # pyoffload.Platform, filled in by the public layer
+        self.devices: list[Any] = []  # pyoffload.Device, host device last
+        self.contexts: list[Releasable] = []
+        self.programs: dict[int, Releasable] = {}  # insertion order is load order
+        self.queues: dict[int, Releasable] = {}
+        self.registry: RangeMap[Any] = RangeMap()  # every allocation (and global, foreign range)
+        self.live_per_space: dict[str, int] = {}  # live registry entries per backend
+        self.tracker = Tracker(settings.track_allocations)
         # Bumped by anything that can invalidate a checked-once fast path (see PreparedLaunch).
         self.epoch = 0
-        self.tracker = Tracker()
-        self.pool_threshold = threshold_from_env()
+        self.pid = os.getpid()
 
-    def add_program(self, program: Program) -> int:
-        with self.lock:
-            self._next_program += 1
-            self.programs[self._next_program] = program
-            return self._next_program
+    @property
+    def alive(self) -> bool:
+        return self.state is LIVE
 
     def check_alive(self) -> None:
-        if not self.alive:
-            raise InvalidHandleError(
-                "this object belongs to a pyoffload runtime that was shut down", Errc.UNINITIALIZED
-            )
+        if self.state is not LIVE:
+            raise dead_runtime_error(self)
+
+    def track(self, table: dict[int, Releasable], obj: Releasable) -> None:
+        with self.lock:
+            self.check_alive()
+            table[id(obj)] = obj
+
+    def untrack(self, table: dict[int, Releasable], obj: Releasable) -> None:
+        with self.lock:
+            table.pop(id(obj), None)
+            self.epoch += 1
+
+
+def dead_runtime_error(rt: Runtime | None) -> OffloadError:
+    if rt is not None and rt.state is FORKED:
+        return OffloadError(FORK_MESSAGE, Errc.UNINITIALIZED)
+    return InvalidHandleError("this object belongs to a pyoffload runtime that was shut down", Errc.UNINITIALIZED)
 
 
 _lock = threading.RLock()
 _current: Runtime | None = None
 _wrapper_factories: list[WrapperFactory] = []
-_atexit_registered = False
 
 
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
+def active() -> Runtime | None:
+    """The runtime if one is initialised (whatever its state), else ``None``."""
+    return _current
 
 
-def _wrappers_for(backend: str) -> list[Any]:
+def install(rt: Runtime) -> None:
+    """Make ``rt`` the process's runtime (the public layer calls this once it is built)."""
+    global _current
+    _current = rt
+
+
+def lock() -> threading.RLock:
+    """The process-wide lock that serialises starting and stopping runtimes."""
+    return _lock
+
+
+def wrappers_for(backend: str, trace: bool) -> list[Any]:
+    """The wrapper plugins for a backend's manager: registered factories, plus tracing."""
     wrappers = [factory(backend) for factory in _wrapper_factories]
-    if _env_flag("PYOFFLOAD_TRACE"):
-        from .tracing import TracingPlugin
+    if trace:
+        from .hooks.tracing import TracingPlugin
 
         wrappers.append(TracingPlugin(backend))
     return wrappers
 
 
-def _device_selector() -> dict[str, set[int] | None] | None:
-    """``PYOFFLOAD_DEVICES="opencl:0,1;cuda:*"`` -> {"opencl": {0, 1}, "cuda": None}."""
-    raw = os.environ.get("PYOFFLOAD_DEVICES")
-    if raw is None or not raw.strip():
-        return None
-    selected: dict[str, set[int] | None] = {}
-    for term in raw.split(";"):
-        term = term.strip()
-        if not term:
-            continue
-        backend, _, ids = term.partition(":")
-        ids = ids.strip() or "*"
-        if ids == "*":
-            selected[backend.strip()] = None
-        else:
-            try:
-                selected[backend.strip()] = {int(i) for i in ids.split(",")}
-            except ValueError:
-                raise OffloadError(
-                    f"PYOFFLOAD_DEVICES term {term!r}: device ids must be integers or '*'",
-                    Errc.INVALID_VALUE,
-                ) from None
-    return selected
-
-
-def _initialise() -> Runtime:
-    from .device import Device, Platform
-
-    rt = Runtime()
-    rt.backends, rt.reports = load_backends(_wrappers_for)
-    selector = _device_selector()
-    for backend in list(rt.backends):
-        report = backend.report
-        try:
-            descs = backend.dispatch.init_impl()
-        except NoDevicesError as exc:
-            report.status, report.reason = "no devices", str(exc.args[0])
-            rt.backends.remove(backend)
-            continue
-        except BaseException as exc:
-            report.status, report.reason = "failed", f"init_impl raised {exc!r}"
-            rt.backends.remove(backend)
-            continue
-        index = 0
-        wanted = None if selector is None or backend.name == HOST_BACKEND else selector.get(backend.name, set())
-        for pdesc in descs or ():
-            platform = Platform(rt, backend, pdesc)
-            for ddesc in pdesc.devices:
-                if wanted is None or index in wanted:
-                    platform.devices.append(Device(platform, ddesc, index))
-                index += 1
-            if platform.devices:
-                rt.platforms.append(platform)
-                rt.devices.extend(platform.devices)
-        report.devices = sum(len(p.devices) for p in rt.platforms if p._backend is backend)
-        if not report.devices:
-            report.status = "no devices"
-            report.reason = "PYOFFLOAD_DEVICES selects none" if index else "the backend reported none"
-    return rt
-
-
-def current() -> Runtime:
-    """The live runtime, initialising it on first use."""
-    global _current, _atexit_registered
-    rt = _current
-    if rt is not None:
-        return rt
-    with _lock:
-        if _current is None:
-            _current = _initialise()
-            if not _atexit_registered:
-                atexit.register(_atexit_teardown)
-                _atexit_registered = True
-        return _current
-
-
-def is_initialised() -> bool:
-    return _current is not None
-
-
 def add_wrapper(factory: WrapperFactory) -> None:
     """Register a wrapper plugin factory (``factory(backend_name) -> plugin``) in every backend,
-    present and future.  Used by tracing and by the test suite's fault injection."""
+    present and future.  Used by the test suite's fault injection."""
     with _lock:
         _wrapper_factories.append(factory)
-        if _current is not None:
-            for backend in _current.backends:
+        rt = _current
+        if rt is not None and rt.alive:
+            for backend in rt.backends:
                 backend.pm.register(factory(backend.name), name=f"wrapper-{id(factory)}")
                 backend.dispatch.rebuild()
-            _current.epoch += 1
+            rt.epoch += 1
 
 
 def remove_wrapper(factory: WrapperFactory) -> None:
     with _lock:
         _wrapper_factories.remove(factory)
-        if _current is not None:
-            for backend in _current.backends:
+        rt = _current
+        if rt is not None and rt.alive:
+            for backend in rt.backends:
                 backend.pm.unregister(name=f"wrapper-{id(factory)}")
                 backend.dispatch.rebuild()
-            _current.epoch += 1
+            rt.epoch += 1
 
 
-def _warn(what: str, exc: BaseException) -> None:
+def warn_teardown(what: str, exc: BaseException) -> None:
     warnings.warn(f"pyoffload teardown: {what} failed: {exc!r}", TeardownWarning, stacklevel=3)
 
 
-def teardown(rt: Runtime, at_exit: bool = False) -> None:
-    """Release everything ``rt`` holds, in dependency order; never raises."""
-    from . import memory, pinning, tracking
+def _release_all(items: list[Releasable], what: str, at_exit: bool) -> None:
+    for obj in items:
+        try:
+            obj._teardown(at_exit)
+        except Exception as exc:
+            warn_teardown(f"releasing {obj!r}", exc)
 
+
+def teardown(rt: Runtime, at_exit: bool = False) -> None:
+    """Release everything ``rt`` holds, in dependency order.  Never raises an ``Exception``; a
+    ``KeyboardInterrupt`` during it is raised once the teardown is complete."""
+    interrupted: BaseException | None = None
+    with _lock:
+        callbacks = list(_shutdown_callbacks)
+    for callback in callbacks:
+        try:
+            callback()
+        except Exception as exc:
+            warn_teardown(f"on_shutdown callback {callback!r}", exc)
+        except KeyboardInterrupt as exc:
+            interrupted = exc
     with rt.lock:
-        if not rt.alive:
+        if rt.state is not LIVE:
             return
+        rt.state = CLOSING
         rt.epoch += 1
-        for program in reversed(list(rt.programs.values())):
+        programs = list(reversed(list(rt.programs.values())))
+        queues = list(rt.queues.values())
+    steps: list[tuple[str, Callable[[], None]]] = [
+        ("programs", lambda: _release_all(programs, "program", at_exit)),
+        ("queues", lambda: _release_all(queues, "queue", at_exit)),
+        ("allocation report", lambda: rt.tracker.report(v for _, _, v in rt.registry.items() if v.owned)),
+        ("allocations", lambda: _release_all([v for _, _, v in rt.registry.items() if v.owned], "memory", at_exit)),
+        ("pinned memory", lambda: _release_all(list(rt.devices), "device", at_exit)),
+        ("contexts", lambda: _release_all(list(reversed(rt.contexts)), "context", at_exit)),
+    ]
+    for what, step in steps:
+        while True:
             try:
-                program._release(teardown=True)
-            except BaseException as exc:
-                _warn(f"unloading {program!r}", exc)
-        for queue in list(rt.queues.values()):
-            try:
-                queue._release(teardown=True)
-            except BaseException as exc:
-                _warn(f"destroying {queue!r}", exc)
-        tracking.report_at_deinit(rt)
-        memory.release_all(rt, _warn, at_exit)
-        pinning.release_all(rt, _warn)
-        for ctx in reversed(rt.contexts):
-            try:
-                ctx._release_handle()
-            except BaseException as exc:
-                _warn(f"destroying {ctx!r}", exc)
-        for backend in rt.backends:
-            try:
-                backend.dispatch.deinit_impl()
-            except BaseException as exc:
-                _warn(f"deinit of backend {backend.name!r}", exc)
-        rt.alive = False
+                step()
+                break
+            except KeyboardInterrupt as exc:  # finish the teardown, then report the interrupt
+                interrupted = exc
+                break
+            except Exception as exc:
+                warn_teardown(what, exc)
+                break
+    for backend in rt.backends:
+        try:
+            backend.dispatch.deinit_impl()
+        except Exception as exc:
+            warn_teardown(f"deinit of backend {backend.name!r}", exc)
+    rt.registry.clear()
+    rt.live_per_space.clear()
+    with rt.lock:
+        rt.state = CLOSED
         rt.epoch += 1
+    if interrupted is not None:
+        raise interrupted
 
 
 def shutdown() -> None:
-    """Tear the runtime down now: destructors run, memory is freed, backends are deinitialised.
+    """Tear the runtime down now: ``on_shutdown`` callbacks run, destructors run, memory is freed,
+    backends are deinitialised.
 
-    Objects from before the shutdown are invalid afterwards.  The next call that needs devices
-    initialises a fresh runtime.  Calling ``shutdown`` when the runtime is not initialised (for
-    example twice in a row) is an ``UNINITIALIZED`` error, as ``olShutDown`` in liboffload.
+    Objects from before the shutdown are invalid afterwards; the next call that needs devices
+    initialises a fresh runtime.  Calling ``shutdown`` when no runtime is initialised (for example
+    twice in a row) is an ``UNINITIALIZED`` error, as ``olShutDown`` in liboffload.  In a child
+    process after ``fork()``, it discards the inherited runtime without touching the parent's
+    drivers.
     """
     global _current
     with _lock:
         rt = _current
         if rt is None:
             raise OffloadError(
-                "shutdown() called but pyoffload is not initialised (already shut down?)",
-                Errc.UNINITIALIZED,
+                "shutdown() called but pyoffload is not initialised (already shut down?)", Errc.UNINITIALIZED
             )
         _current = None
+    if rt.state is FORKED:
+        return
     teardown(rt)
+
+
+def on_shutdown(callback: Callable[[], None]) -> Callable[[], None]:
+    """Run ``callback()`` whenever a runtime shuts down (``shutdown()`` or interpreter exit), before
+    anything is released: the place for a framework to drop its cached memory, queues and
+    programs (the runtime is still fully usable inside the callback).  Callbacks run in
+    registration order; an exception becomes a ``TeardownWarning``.  Returns ``callback``, so it
+    works as a decorator.
+    """
+    if not callable(callback):
+        raise TypeError(f"on_shutdown takes a callable, got {got(callback)}")
+    with _lock:
+        _shutdown_callbacks.append(callback)
+    return callback
+
+
+_shutdown_callbacks: list[Callable[[], None]] = []
 
 
 def _atexit_teardown() -> None:
     global _current
     rt, _current = _current, None
-    if rt is None:
+    if rt is None or rt.state is FORKED or rt.pid != os.getpid():
         return
     try:
         teardown(rt, at_exit=True)
     except BaseException as exc:  # never let atexit raise
-        _warn("interpreter-exit teardown", exc)
+        warn_teardown("interpreter-exit teardown", exc)
+
+
+def _after_fork_in_child() -> None:
+    global _lock
+    _lock = threading.RLock()
+    rt = _current
+    if rt is not None:
+        rt.state = FORKED
+        rt.lock = threading.RLock()
+        rt.registry.reset_lock()
+
+
+atexit.register(_atexit_teardown)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

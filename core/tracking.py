@@ -1,30 +1,29 @@
 """``PYOFFLOAD_TRACK_ALLOCATIONS=1``: per-device allocation statistics and a leak report.
 
-When on, every allocation records where it was made; at deinit the tracker prints, for each
+When on, every allocation records where it was made; at shutdown the tracker prints, for each
 device, the number of allocations, bytes, peak bytes and min/max size, then every allocation still
-alive with its origin.  Double frees and frees of the wrong kind name the allocation's origin
-(and, for a double free, where it was freed first) whether or not tracking is on, as far as the
-bounded history of recent frees reaches.
+alive with its origin, and warns with :class:`~pyoffload.LeakWarning`.  Double frees and frees of
+the wrong kind name the allocation's origin (and, for a double free, where it was freed first)
+while tracking is on, as far as the bounded history of recent frees reaches.
+
+The tracker sees allocations through a few attributes (``ptr``, ``size``, ``device``, ``context``,
+``origin``); it imports none of the layers above it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
+import threading
 import traceback
+import warnings
 from collections import OrderedDict
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
+from typing import Any
 
-if TYPE_CHECKING:
-    from .memory import Allocation
-    from .runtime import Runtime
+from .errors import LeakWarning
 
 FREED_HISTORY = 4096
-
-
-def enabled() -> bool:
-    return os.environ.get("PYOFFLOAD_TRACK_ALLOCATIONS", "").strip() not in ("", "0")
 
 
 def origin(skip: int = 3) -> str:
@@ -60,26 +59,29 @@ class DeviceStats:
 
 
 class Tracker:
-    def __init__(self) -> None:
-        self.on = enabled()
+    def __init__(self, on: bool) -> None:
+        self.on = on
         self.stats: dict[str, DeviceStats] = {}
         self.freed: OrderedDict[int, tuple[str, str]] = OrderedDict()
+        self._lock = threading.Lock()
 
     @staticmethod
-    def _key(alloc: Allocation) -> str:
+    def _key(alloc: Any) -> str:
         return alloc.device.id if alloc.device is not None else f"{alloc.context.backend}-host-memory"
 
-    def freed_alloc(self, alloc: Allocation) -> None:
+    def freed_alloc(self, alloc: Any) -> None:
         """Called only while tracking is on (the free path checks first)."""
-        self.stats.setdefault(self._key(alloc), DeviceStats()).on_free(alloc.size)
-        self.freed[alloc.ptr] = (alloc.origin or "", origin())
-        if len(self.freed) > FREED_HISTORY:
-            self.freed.popitem(last=False)
+        with self._lock:
+            self.stats.setdefault(self._key(alloc), DeviceStats()).on_free(alloc.size)
+            self.freed[alloc.ptr] = (alloc.origin or "", origin())
+            if len(self.freed) > FREED_HISTORY:
+                self.freed.popitem(last=False)
 
-    def allocated(self, alloc: Allocation) -> None:
+    def allocated(self, alloc: Any) -> None:
         """Called only while tracking is on (the allocation path checks first)."""
-        self.stats.setdefault(self._key(alloc), DeviceStats()).on_alloc(alloc.size)
-        self.freed.pop(alloc.ptr, None)
+        with self._lock:
+            self.stats.setdefault(self._key(alloc), DeviceStats()).on_alloc(alloc.size)
+            self.freed.pop(alloc.ptr, None)
 
     def history(self, ptr: int) -> str:
         hit = self.freed.get(ptr)
@@ -89,20 +91,22 @@ class Tracker:
         return f" (allocated at {made}, freed at {freed})"
 
 
-def report_at_deinit(rt: Runtime) -> None:
-    tracker: Tracker = rt.tracker
-    if not tracker.on:
-        return
-    out = sys.stderr
-    print("pyoffload allocation tracker:", file=out)
-    for key, s in sorted(tracker.stats.items()):
-        print(
-            f"  {key}: {s.count} allocations, {s.total_bytes} bytes, peak {s.peak_bytes} bytes, "
-            f"min {s.min_size} max {s.max_size}, {s.live} live ({s.live_bytes} bytes)",
-            file=out,
-        )
-    live = [entry[2] for entry in rt.registry]
-    if live:
-        print(f"  leaked: {len(live)} allocations", file=out)
-        for alloc in live:
-            print(f"    {alloc!r} allocated at {alloc.origin}", file=out)
+    def report(self, live: Iterable[Any]) -> None:
+        """Print the statistics and the allocations still alive; warn LeakWarning if any are."""
+        if not self.on:
+            return
+        out = sys.stderr
+        print("pyoffload allocation tracker:", file=out)
+        for key, s in sorted(self.stats.items()):
+            print(
+                f"  {key}: {s.count} allocations, {s.total_bytes} bytes, peak {s.peak_bytes} bytes, "
+                f"min {s.min_size} max {s.max_size}, {s.live} live ({s.live_bytes} bytes)",
+                file=out,
+            )
+        leaked = list(live)
+        if leaked:
+            print(f"  leaked: {len(leaked)} allocations", file=out)
+            for alloc in leaked:
+                print(f"    {alloc!r} allocated at {alloc.origin}", file=out)
+            warnings.warn(f"pyoffload: {len(leaked)} allocation(s) still alive at shutdown (listed above)",
+                          LeakWarning, stacklevel=2)

@@ -15,7 +15,7 @@ def host():
 def fresh_runtime(monkeypatch):
     """Shut the runtime down around a test that changes how it initialises."""
     def restart():
-        if runtime.is_initialised():
+        if runtime.active() is not None:
             pyoffload.shutdown()
 
     restart()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
-from pyoffload.wrappers import wrap_every_hook
+from pyoffload.hooks.wrappers import wrap_every_hook
 
 
 @wrap_every_hook

@@ -17,23 +17,26 @@ BROKEN = {
     # name: (distribution, module source)
     "importfails": ("pyoffload-importfails", "raise ImportError('vendor library libnothing.so not found')\n"),
     "initraises": ("pyoffload-initraises", textwrap.dedent("""
-        from pyoffload.backend import hookimpl
+        from pyoffload.backend import HOOK_API, hookimpl
         @hookimpl
         def init_impl():
             raise RuntimeError('driver exploded during init')
     """)),
     "badsig": ("pyoffload-badsig", textwrap.dedent("""
-        from pyoffload.backend import hookimpl
+        from pyoffload.backend import HOOK_API, hookimpl
         @hookimpl
         def data_alloc_impl(context, device, size, kind, alignment):
             return 0
     """)),
     "nodevs": ("pyoffload-nodevs", textwrap.dedent("""
-        from pyoffload.backend import hookimpl, NoDevicesError
+        from pyoffload.backend import HOOK_API, hookimpl, NoDevicesError
         @hookimpl
         def init_impl():
             raise NoDevicesError('cuInit failed: no CUDA-capable device is detected')
     """)),
+    "future": ("pyoffload-future", "HOOK_API = (2, 0)\n"),
+    "newer": ("pyoffload-newer", "HOOK_API = (1, 99)\n"),
+    "undeclared": ("pyoffload-undeclared", "from pyoffload.backend import hookimpl\n"),
 }
 
 
@@ -62,7 +65,7 @@ def broken_site(tmp_path_factory):
     target = root / "site"
     projects = [_make_dist(root, dist, f"pyoffload_{name}", name, src) for name, (dist, src) in BROKEN.items()]
     # two distributions claiming the backend name "twin"
-    ok_src = "from pyoffload.backend import hookimpl, NoDevicesError\n"
+    ok_src = "from pyoffload.backend import HOOK_API, hookimpl, NoDevicesError\n"
     projects.append(_make_dist(root, "pyoffload-twin-a", "twin_a", "twin", ok_src))
     projects.append(_make_dist(root, "pyoffload-twin-b", "twin_b", "twin", ok_src))
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
@@ -94,6 +97,13 @@ def test_broken_plugins_are_reported_and_skipped(broken_site):
     assert bad["status"] == "failed" and "alignment" in bad["reason"]
     nodev = reports[("nodevs", "pyoffload-nodevs")]
     assert nodev["status"] == "no devices" and "no CUDA-capable device" in nodev["reason"]
+    future = reports[("future", "pyoffload-future")]
+    assert future["status"] == "incompatible" and "hook API 2.0" in future["reason"] and "major" in future["reason"]
+    assert future["hook_api"] == [2, 0]
+    newer = reports[("newer", "pyoffload-newer")]
+    assert newer["status"] == "incompatible" and "needs hook API 1.99" in newer["reason"]
+    undeclared = reports[("undeclared", "pyoffload-undeclared")]
+    assert undeclared["status"] == "incompatible" and "declares no HOOK_API" in undeclared["reason"]
     twins = [r for (name, _), r in reports.items() if name == "twin"]
     assert len(twins) == 2 and all(r["status"] == "conflict" for r in twins)
     assert "pyoffload-twin-a" in twins[0]["reason"] and "pyoffload-twin-b" in twins[0]["reason"]
@@ -104,16 +114,23 @@ def test_allow_list_disables_the_rest(broken_site):
     reports = {r["name"]: r for r in _reports(broken_site, PYOFFLOAD_PLUGINS="nodevs")}
     assert reports["nodevs"]["status"] == "no devices"
     assert reports["importfails"]["status"] == "disabled"
+    assert reports["host"]["status"] == "ok", "the host backend is always allowed"
+
+
+def test_empty_allow_list_keeps_only_the_host_backend(broken_site):
+    reports = {r["name"]: r for r in _reports(broken_site, PYOFFLOAD_PLUGINS="")}
     assert reports["host"]["status"] == "ok"
+    assert all(r["status"] == "disabled" for name, r in reports.items() if name not in ("host", "twin"))
 
 
 def test_cli_plugins_shows_reasons(broken_site):
     env = {k: v for k, v in os.environ.items() if k != "PYOFFLOAD_PLUGINS"}
     env["PYTHONPATH"] = str(broken_site)
-    out = subprocess.run([sys.executable, "-m", "pyoffload.cli", "plugins"], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "pyoffload", "plugins"], capture_output=True, text=True,
                          env=env, check=True).stdout
     assert "no devices: cuInit failed" in out
     assert "failed: import failed" in out
+    assert "incompatible: written for hook API 2.0" in out
 
 
 def test_device_selector(fresh_runtime, monkeypatch):

@@ -25,11 +25,12 @@ def test_wrapper_sees_every_call_and_can_fail_one(host):
     factory = install(plugin)
     try:
         assert not host._disp.direct
-        a = host.alloc(1 << 20)
+        big = 4 << 20  # each allocation this large is a segment of its own: one hook call each
+        a = host.alloc(big)
         with pytest.raises(pyoffload.BackendError) as err:
-            host.alloc(1 << 20)
+            host.alloc(big)
         assert err.value.errc is Errc.BACKEND_FAILURE and "injected fault" in str(err.value)
-        b = host.alloc(1 << 20)
+        b = host.alloc(big)
         assert plugin.calls == 3 and plugin.fired == 1
         a.free()
         b.free()
@@ -44,9 +45,10 @@ def test_tracing_logs_hook_calls(fresh_runtime, monkeypatch, caplog):
     caplog.set_level(logging.DEBUG, logger="pyoffload")
     dev = pyoffload.host_device()
     assert not dev._disp.direct
-    a = dev.alloc(1 << 16)  # above the pool threshold: a real free follows
+    a = dev.alloc(1 << 16)
     pyoffload.memcpy(a, np.zeros(1 << 13, np.float64))
     a.free()
+    assert dev.memory_pool().trim() > 0  # the cached segment goes back to the backend
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert "hook='data_alloc_impl'" in text and "backend='host'" in text
     assert "hook='data_free_impl'" in text

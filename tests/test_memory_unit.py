@@ -1,4 +1,4 @@
-"""Generic memory machinery on the host device: pool OOM retry, tracking, interval map."""
+"""Generic memory machinery on the host device: caching allocator, OOM retry, tracking, range map."""
 
 from __future__ import annotations
 
@@ -12,36 +12,38 @@ import pytest
 
 import pyoffload
 from pyoffload import AllocKind, Errc, OffloadError, OutOfResourcesError, runtime
-from pyoffload.intervals import IntervalMap
+from pyoffload.addresses import intervals
+from pyoffload.addresses.intervals import RangeMap
 
 from faults import FaultPlugin, install
 
 
 def test_pool_is_emptied_and_the_allocation_retried_on_oom(host):
+    pool = host.memory_pool()
     small = [host.alloc(64) for _ in range(4)]
     for a in small:
         a.free()
-    pool = host.default_context._pools[id(host)]
-    assert pool.cached_bytes == 4 * 64
+    assert pool.stats().cached_bytes > 0
     plugin = FaultPlugin("data_alloc_impl", nth=1, exc=OutOfResourcesError("device memory exhausted"))
     factory = install(plugin)
     try:
-        big = host.alloc(1 << 20)
+        big = host.alloc(8 << 20)
     finally:
         runtime.remove_wrapper(factory)
     assert plugin.fired == 1 and plugin.calls == 2, "no retry after the pool was emptied"
-    assert pool.cached_bytes == 0
+    assert pool.stats().segments == 1, "the cached segments were not released before the retry"
     big.free()
+    assert pool.stats().in_use_bytes == 0
 
 
 def test_oom_with_empty_pool_is_reported(host):
-    host.default_context._pools.get(id(host)) and host.default_context._pools[id(host)].release_all()
+    host.memory_pool().trim()
     plugin = FaultPlugin("data_alloc_impl", nth=1, exc=OutOfResourcesError("device memory exhausted"))
     factory = install(plugin)
     try:
         before = len(host._rt.registry)
         with pytest.raises(OffloadError) as err:
-            host.alloc(1 << 20)
+            host.alloc(8 << 20)
         assert err.value.errc is Errc.OUT_OF_RESOURCES
         assert len(host._rt.registry) == before
     finally:
@@ -77,14 +79,14 @@ def test_tracker_reports_leaks_and_origins():
     assert "leaked: 1 allocations" in proc.stderr and "<string>:4" in proc.stderr
 
 
-def test_interval_map_lookup_and_overlap():
-    m: IntervalMap[str] = IntervalMap()
-    m.insert(100, 200, "a")
-    m.insert(300, 310, "b")
+def test_range_map_lookup_and_overlap():
+    m: RangeMap[str] = RangeMap()
+    assert m.insert(100, 200, "a") == [] and m.insert(300, 310, "b") == []
     assert m.find(100)[2] == "a" and m.find(199)[2] == "a" and m.find(200) is None
     assert m.find(99) is None and m.find(305)[2] == "b"
     assert [v for _, _, v in m.overlapping(150, 301)] == ["a", "b"]
     assert m.overlapping(200, 300) == []
+    assert [v for _, _, v in m.insert(150, 350, "c")] == ["a", "b"], "an overlapping range was inserted"
     m.remove(100)
     assert m.find(150) is None and len(m) == 1
 
@@ -135,29 +137,29 @@ def test_memcpy_accepts_the_device_address_of_a_locked_range(host):
         runtime.remove_wrapper(_RemapLocks.factory)
 
 
-def test_sorted_index_against_a_sorted_list(monkeypatch):
+def test_range_map_against_a_brute_force_model(monkeypatch):
     import random
 
-    from pyoffload.intervals import SortedIndex
-
-    monkeypatch.setattr(SortedIndex, "LOAD", 8)  # many sub-lists: splits and empties happen
-    idx, ref = SortedIndex(), []
+    monkeypatch.setattr(intervals, "LOAD", 8)  # many sub-lists: splits and empties happen
+    m: RangeMap[int] = RangeMap()
+    ref: dict[int, int] = {}  # base -> end
     rng = random.Random(0)
     for step in range(5000):
         if ref and rng.random() < 0.45:
-            x = ref.pop(rng.randrange(len(ref)))
-            idx.remove(x)
+            base = rng.choice(list(ref))
+            del ref[base]
+            assert m.remove(base) == base
         else:
-            x = rng.randrange(10**6)
-            if x in ref:
-                continue
-            ref.append(x)
-            idx.add(x)
-        if step % 37 == 0:
-            ref.sort()
-            assert list(idx.iter_from(-1)) == ref
+            base = rng.randrange(10**6)
+            end = base + rng.randrange(1, 50)
+            clash = any(b < end and base < e for b, e in ref.items())
+            assert bool(m.insert(base, end, base)) == clash
+            if not clash:
+                ref[base] = end
+        if step % 7 == 0:
             q = rng.randrange(10**6)
-            below = [y for y in ref if y <= q]
-            assert idx.floor(q) == (below[-1] if below else None)
-            assert list(idx.iter_from(q)) == (ref[len(below) - 1:] if below else ref)
-    assert len(idx) == len(ref)
+            hit = [b for b, e in ref.items() if b <= q < e]
+            found = m.find(q)
+            assert (found[0] if found else None) == (hit[0] if hit else None)
+    assert len(m) == len(ref)
+    assert [b for b, _, _ in m.items()] == sorted(ref)

@@ -89,11 +89,32 @@ def test_freed_pointer_argument(device, kernels, queue):
     assert err.value.errc is Errc.INVALID_ARGUMENT and "freed" in str(err.value)
 
 
-@pytest.mark.parametrize("grid,block", [(0, 1), (1, 0), ((1, 1, 1, 1), 1), (-2, 1), (1.0, 1)])
+@pytest.mark.parametrize("grid,block", [(0, 1), (1, 0), ((1, 1, 1, 1), 1), (-2, 1)])
 def test_bad_dimensions(device, kernels, queue, grid, block):
     with pytest.raises(OffloadError) as err:
         queue.launch(kernels.kernel("noop"), grid, block, [])
     assert err.value.errc is Errc.INVALID_VALUE
+
+
+@pytest.mark.parametrize("grid,block", [(1.0, 1), (1, "2"), ((1, 2.5), 1), (True, 1)])
+def test_dimensions_of_the_wrong_type(device, kernels, queue, grid, block):
+    with pytest.raises(TypeError):
+        queue.launch(kernels.kernel("noop"), grid, block, [])
+
+
+def test_dimensions_beyond_the_device_limits(device, kernels, queue):
+    limit = device.info["max_work_group_size"]
+    if limit is not None:
+        with pytest.raises(OffloadError) as err:
+            queue.launch(kernels.kernel("noop"), 1, limit + 1, [])
+        assert err.value.errc is Errc.INVALID_ARGUMENT and "max_work_group_size" in str(err.value)
+    with pytest.raises(OffloadError) as err:
+        queue.launch(kernels.kernel("noop"), (2**32, 2**32, 2**32), (2**32, 1, 1), [])
+    assert err.value.errc in (Errc.INVALID_ARGUMENT, Errc.INVALID_SIZE)
+
+
+def test_numpy_integer_dimensions(device, kernels, queue):
+    queue.launch(kernels.kernel("noop"), np.int64(1), (np.int32(1), 1), []).wait()
 
 
 def test_wrong_argument_count_when_signature_known(device, kernels, queue):

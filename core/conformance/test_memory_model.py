@@ -224,26 +224,31 @@ def test_alloc_async_orders_with_the_queue(device, images, queue):
         assert a.freed
         with pytest.raises(OffloadError) as err:
             pyoffload.mem_info(a.ptr)
-        assert err.value.errc is Errc.INVALID_ARGUMENT
+        assert err.value.errc is Errc.NOT_FOUND
 
 
 # -- pool ---------------------------------------------------------------------------------------
 
 
-def test_pool_reuses_small_device_blocks(device):
-    threshold = device._rt.pool_threshold
-    if threshold == 0:
+def test_pool_reuses_blocks(device):
+    ctx = Context([device])
+    pool = ctx.memory_pool(device)
+    if not pool.enabled:
         pytest.skip("pool disabled by PYOFFLOAD_POOL_THRESHOLD=0")
-    a = device.alloc(100)
+    a = ctx.alloc(100)
     ptr = a.ptr
     a.free()
-    b = device.alloc(120)  # same 128-byte bucket
+    hits = pool.stats().cache_hits
+    b = ctx.alloc(120)  # the same 512-byte block
     assert b.ptr == ptr
+    assert pool.stats().cache_hits == hits + 1
     assert pyoffload.mem_info(b.ptr).size == 120
     with pytest.raises(OffloadError) as err:
         pyoffload.memcpy(b, np.zeros(128, np.uint8), 128)
-    assert err.value.errc is Errc.INVALID_SIZE, "bounds are the request's, not the bucket's"
+    assert err.value.errc is Errc.INVALID_SIZE, "bounds are the request's, not the block's"
     b.free()
-    big = device.alloc(threshold * 2)
-    assert big._bucket == 0
-    big.free()
+    stats = pool.stats()
+    assert stats.in_use_bytes == 0 and stats.cached_bytes == stats.reserved_bytes > 0
+    assert pool.trim() == stats.reserved_bytes
+    assert pool.stats().reserved_bytes == 0
+    ctx.close()

@@ -10,7 +10,8 @@
   their work themselves.  DWARF (``-g``) gives their signatures for launch-argument checks.
 * Queues are worker threads (see :mod:`.worker`): launches really run asynchronously.
 * Locking host memory only records the range in the generic pinned map: the host device reaches
-  all host memory already.
+  all host memory already.  The device's type is HOST, so the generic layer copies to and from
+  it with ``memmove`` and never calls the copy hooks for the synchronous forms.
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from ..backend import (
+    HOOK_API,
     AllocKind,
     DeviceDesc,
     DeviceType,
     InvalidBinaryError,
-    LocalMemory,
-    NotFoundError,
     OutOfResourcesError,
     PlatformDesc,
     SymbolDesc,
@@ -38,6 +40,8 @@ from ..backend import (
 )
 from .elf import ImageInfo, inspect_image
 from .worker import HostEvent, HostQueue
+
+__all__ = ["HOOK_API"]
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _aligned_alloc = _libc.aligned_alloc
@@ -52,12 +56,6 @@ _dlerror = _libc.dlerror
 _dlerror.restype = ctypes.c_char_p
 _memmove = ctypes.memmove
 ALIGNMENT = 64
-
-_CTYPES = {
-    "b": ctypes.c_int8, "h": ctypes.c_int16, "i": ctypes.c_int32, "l": ctypes.c_int64, "q": ctypes.c_int64,
-    "B": ctypes.c_uint8, "H": ctypes.c_uint16, "I": ctypes.c_uint32, "L": ctypes.c_uint64, "Q": ctypes.c_uint64,
-    "f": ctypes.c_float, "d": ctypes.c_double, "?": ctypes.c_bool,
-}
 
 
 class HostDevice:
@@ -101,12 +99,13 @@ def deinit_impl() -> None:
 def device_info_impl(device: HostDevice) -> dict[str, Any]:
     pages, page_size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
     return {
-        "memory_bytes": pages * page_size,
-        "compute_units": os.cpu_count() or 1,
-        "architecture": _platform.machine(),
         "driver_version": f"{_platform.system()} {_platform.release()}",
-        "max_work_group_size": 1 << 31,
-        "alignment": ALIGNMENT,
+        "compute_units": os.cpu_count() or 1,
+        "global_memory_bytes": pages * page_size,
+        "max_alloc_bytes": pages * page_size,
+        "address_bits": ctypes.sizeof(ctypes.c_void_p) * 8,
+        "host.architecture": _platform.machine(),
+        "host.alignment": ALIGNMENT,
     }
 
 
@@ -127,64 +126,42 @@ def data_free_impl(context: Any, device: Any, ptr: int, kind: AllocKind) -> None
 
 
 def _address(mv: memoryview) -> int:
-    import numpy as np
-
-    return int(np.frombuffer(mv, dtype=np.uint8).ctypes.data)
-
-
-def _run(queue: HostQueue | None, op: Callable[[], Any]) -> HostEvent | None:
-    if queue is None:
-        op()
-        return None
-    return queue.submit(op)
+    return ctypes.addressof(ctypes.c_char.from_buffer(mv)) if not mv.readonly else int(
+        np.frombuffer(mv, dtype=np.uint8).ctypes.data)
 
 
 @hookimpl
-def data_submit_impl(device: Any, queue: HostQueue | None, dst: int, src: memoryview, size: int) -> Any:
-    src_addr = _address(src)
-    return _run(queue, lambda: _memmove(dst, src_addr, size))
+def data_submit_impl(device: Any, queue: HostQueue, dst: int, src: memoryview, size: int) -> None:
+    queue.submit(_memmove, (dst, _address(src), size))
 
 
 @hookimpl
-def data_retrieve_impl(device: Any, queue: HostQueue | None, dst: memoryview, src: int, size: int) -> Any:
-    dst_addr = _address(dst)
-    return _run(queue, lambda: _memmove(dst_addr, src, size))
+def data_retrieve_impl(device: Any, queue: HostQueue, dst: memoryview, src: int, size: int) -> None:
+    queue.submit(_memmove, (_address(dst), src, size))
 
 
 @hookimpl
-def data_exchange_impl(src_device: Any, src: int, dst_device: Any, dst: int, size: int, queue: Any) -> Any:
-    return _run(queue, lambda: _memmove(dst, src, size))
+def data_exchange_impl(src_device: Any, src: int, dst_device: Any, dst: int, size: int, queue: HostQueue) -> None:
+    queue.submit(_memmove, (dst, src, size))
+
+
+def _fill(ptr: int, pattern: bytes, size: int) -> None:
+    arr = np.ctypeslib.as_array((ctypes.c_uint8 * size).from_address(ptr))
+    n = len(pattern)
+    if n in (1, 2, 4, 8) and ptr % n == 0:
+        arr.view(f"u{n}").fill(np.frombuffer(pattern, dtype=f"u{n}")[0])
+    else:
+        arr.reshape(-1, n)[:] = np.frombuffer(pattern, dtype=np.uint8)
 
 
 @hookimpl
-def data_fill_impl(device: Any, queue: HostQueue | None, ptr: int, pattern: bytes, size: int) -> Any:
-    import numpy as np
-
-    def fill() -> None:
-        arr = np.ctypeslib.as_array((ctypes.c_uint8 * size).from_address(ptr))
-        n = len(pattern)
-        if n in (1, 2, 4, 8):
-            arr.view(f"u{n}").fill(np.frombuffer(pattern, dtype=f"u{n}")[0])
-        else:
-            arr.reshape(-1, n)[:] = np.frombuffer(pattern, dtype=np.uint8)
-
-    return _run(queue, fill)
+def data_fill_impl(device: Any, queue: HostQueue, ptr: int, pattern: bytes, size: int) -> None:
+    queue.submit(_fill, (ptr, pattern, size))
 
 
 @hookimpl
 def data_lock_impl(device: Any, ptr: int, size: int) -> int:
-    return ptr
-
-
-@hookimpl
-def data_unlock_impl(device: Any, ptr: int) -> None:
-    return None
-
-
-@hookimpl
-def data_prefetch_impl(device: Any, queue: HostQueue | None, ptr: int, size: int, to_device: bool) -> Any:
-    # Host memory never migrates; on a queue the hint still orders after earlier work.
-    return _run(queue, lambda: None)
+    return ptr  # the host device reaches all host memory: nothing to pin
 
 
 # -- programs -----------------------------------------------------------------------------
@@ -223,8 +200,6 @@ def get_symbols_impl(device: Any, program: HostProgram) -> Sequence[SymbolDesc]:
 
 @hookimpl
 def get_kernel_impl(device: Any, program: HostProgram, name: str) -> HostKernel:
-    if program.info.find(name, SymbolKind.KERNEL) is None:
-        raise NotFoundError(f"kernel {name!r} is not an exported function of the image")
     fn = getattr(program.lib, name)
     fn.restype = None
     return HostKernel(fn, name, program.info.signatures.get(name))
@@ -238,45 +213,47 @@ def kernel_signature_impl(device: Any, kernel: HostKernel) -> tuple[str, ...] | 
 @hookimpl
 def get_global_impl(device: Any, program: HostProgram, name: str) -> tuple[int, int]:
     sym = program.info.find(name, SymbolKind.GLOBAL)
-    if sym is None:
-        raise NotFoundError(f"global {name!r} is not an exported variable of the image")
+    assert sym is not None  # the generic layer asks only for listed globals
     return ctypes.addressof(ctypes.c_char.in_dll(program.lib, name)), sym.size
 
 
 # -- launches -----------------------------------------------------------------------------
 
-
-def _ctypes_args(args: tuple[Any, ...]) -> tuple[Any, ...]:
-    out: list[Any] = []
-    for a in args:
-        if type(a) is int:
-            out.append(ctypes.c_void_p(a))
-        elif type(a) is LocalMemory:
-            out.append((ctypes.c_char * a.size)())
-        else:
-            ctype = _CTYPES.get(a.dtype.char)
-            if ctype is None:
-                raise UnsupportedError(f"host backend: scalar type {a.dtype} has no C equivalent here")
-            out.append(ctype(a.item()))
-    return tuple(out)
+_SCALAR_CTYPES = {
+    "i8": ctypes.c_int8, "i16": ctypes.c_int16, "i32": ctypes.c_int32, "i64": ctypes.c_int64,
+    "u8": ctypes.c_uint8, "u16": ctypes.c_uint16, "u32": ctypes.c_uint32, "u64": ctypes.c_uint64,
+    "f32": ctypes.c_float, "f64": ctypes.c_double,
+}
 
 
 @hookimpl
-def launch_impl(device: Any, queue: HostQueue | None, kernel: HostKernel, grid: Any, block: Any,
-                args: tuple[Any, ...]) -> Any:
-    fn, cargs = kernel.fn, _ctypes_args(args)
-    return _run(queue, lambda: fn(*cargs))
+def kernel_packer_impl(device: Any, kernel: HostKernel, kinds: tuple[str, ...]) -> Callable[[tuple[Any, ...]], Any]:
+    if "f16" in kinds:
+        raise UnsupportedError("host backend: C has no portable half-precision parameter type")
+    converters: list[Callable[[Any], Any]] = []
+    for kind in kinds:
+        if kind == "ptr":
+            converters.append(ctypes.c_void_p)
+        elif kind == "local":
+            converters.append(lambda local: (ctypes.c_char * local.size)())  # fresh per launch
+        else:
+            ctype = _SCALAR_CTYPES[kind]
+            converters.append(lambda value, ctype=ctype: ctype(value.item()))
+    if all(kind == "ptr" for kind in kinds):
+        return lambda values: tuple(map(ctypes.c_void_p, values))
+    return lambda values: tuple(convert(v) for convert, v in zip(converters, values))
+
+
+@hookimpl
+def launch_impl(device: Any, queue: HostQueue, kernel: HostKernel, grid: Any, block: Any, args: tuple[Any, ...]) -> None:
+    queue.submit(kernel.fn, args)
 
 
 @hookimpl
 def launch_prepare_impl(device: Any, queue: HostQueue, kernel: HostKernel, grid: Any, block: Any,
-                        args: tuple[Any, ...]) -> Callable[[], Any]:
-    fn, cargs, submit = kernel.fn, _ctypes_args(args), queue.submit
-
-    def call() -> None:
-        fn(*cargs)
-
-    return lambda: submit(call)
+                        args: tuple[Any, ...]) -> Callable[[], None]:
+    submit, fn = queue.submit, kernel.fn
+    return lambda: submit(fn, args)
 
 
 @hookimpl
@@ -300,8 +277,14 @@ def queue_query_impl(device: Any, queue: HostQueue) -> bool:
 
 
 @hookimpl
-def enqueue_host_function_impl(device: Any, queue: HostQueue, fn: Callable[[], None]) -> HostEvent:
-    return queue.submit(fn)
+def enqueue_host_function_impl(device: Any, queue: HostQueue, fn: Callable[[], None]) -> bool:
+    queue.submit(fn)
+    return True
+
+
+@hookimpl
+def event_record_impl(device: Any, queue: HostQueue) -> HostEvent:
+    return queue.marker()
 
 
 @hookimpl
@@ -313,7 +296,11 @@ def event_wait_impl(device: Any, event: HostEvent) -> None:
 
 @hookimpl
 def event_query_impl(device: Any, event: HostEvent) -> bool:
-    return event.done.is_set()
+    if not event.done.is_set():
+        return False
+    if event.error is not None:
+        raise event.error
+    return True
 
 
 @hookimpl

@@ -1,12 +1,14 @@
-"""Host queues: an in-order worker thread per queue, so host launches are really asynchronous.
+"""Host queues: an in-order worker thread per queue, so host launches really run asynchronously.
 
 ctypes releases the GIL while a kernel runs, so work enqueued on a host queue overlaps with the
-Python thread that enqueued it, as on a GPU stream.
+Python thread that enqueued it, as on a GPU stream.  Submitting is a put on a C-level
+``SimpleQueue``: cheap, and nothing of Python's ``threading`` module runs in the caller's thread.
+Events exist only where the generic layer records one (:meth:`HostQueue.marker`).
 """
 
 from __future__ import annotations
 
-import collections
+import queue as _queue
 import threading
 import time
 from collections.abc import Callable
@@ -14,6 +16,9 @@ from typing import Any
 
 
 class HostEvent:
+    """A marker: set when the worker reaches it, with the time it did and the first failure of
+    the work before it."""
+
     __slots__ = ("done", "error", "stamp")
 
     def __init__(self) -> None:
@@ -21,68 +26,64 @@ class HostEvent:
         self.error: BaseException | None = None
         self.stamp = 0.0
 
-    def finish(self, error: BaseException | None = None) -> None:
-        self.error = error
-        self.stamp = time.perf_counter()
-        self.done.set()
+
+_STOP = object()
 
 
 class HostQueue:
     def __init__(self, profiling: bool) -> None:
         self.profiling = profiling
-        self._ops: collections.deque[tuple[Callable[[], Any], HostEvent]] = collections.deque()
-        self._cond = threading.Condition()
-        self._pending = 0
-        self._closed = False
-        self._error: BaseException | None = None
+        self._items: _queue.SimpleQueue[Any] = _queue.SimpleQueue()
+        self.submitted = 0  # the generic layer serialises submissions on one queue
+        self.completed = 0
+        self.error: BaseException | None = None  # sticky: the first failure of this queue's work
         self._thread = threading.Thread(target=self._run, name="pyoffload-host-queue", daemon=True)
         self._thread.start()
 
-    def submit(self, op: Callable[[], Any]) -> HostEvent:
-        ev = HostEvent()
-        with self._cond:
-            if self._closed:
-                raise RuntimeError("host queue is closed")
-            self._ops.append((op, ev))
-            self._pending += 1
-            self._cond.notify()
-        return ev
+    def submit(self, fn: Callable[..., Any], args: tuple[Any, ...] = ()) -> None:
+        self.submitted += 1
+        self._items.put((fn, args))
+
+    def marker(self) -> HostEvent:
+        event = HostEvent()
+        self.submitted += 1
+        self._items.put(event)
+        return event
 
     def _run(self) -> None:
+        get = self._items.get
         while True:
-            with self._cond:
-                while not self._ops and not self._closed:
-                    self._cond.wait()
-                if not self._ops:
-                    return
-                op, ev = self._ops.popleft()
-            error = None
-            try:
-                op()
-            except BaseException as exc:  # reported by synchronize / the event
-                error = exc
-            ev.finish(error)
-            with self._cond:
-                if error is not None and self._error is None:
-                    self._error = error
-                self._pending -= 1
-                self._cond.notify_all()
+            item = get()
+            if item is _STOP:
+                return
+            if type(item) is HostEvent:
+                item.stamp = time.perf_counter()
+                item.error = self.error
+                item.done.set()
+            else:
+                try:
+                    item[0](*item[1])
+                except BaseException as exc:  # reported by every later marker and synchronize
+                    if self.error is None:
+                        self.error = exc
+            self.completed += 1
+
+    def wait(self, event: HostEvent) -> None:
+        event.done.wait()
+        if event.error is not None:
+            raise event.error
 
     def synchronize(self) -> None:
-        with self._cond:
-            while self._pending:
-                self._cond.wait()
-            error, self._error = self._error, None
-        if error is not None:
-            raise error
+        """Wait for everything submitted before this call (not for what others submit meanwhile)."""
+        if self.completed != self.submitted:
+            self.wait(self.marker())
+        elif self.error is not None:
+            raise self.error
 
     def idle(self) -> bool:
-        with self._cond:
-            return self._pending == 0
+        return self.completed == self.submitted
 
     def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
+        self._items.put(_STOP)
         if self._thread is not threading.current_thread():
             self._thread.join()

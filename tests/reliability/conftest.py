@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 import pyoffload
-from pyoffload import discovery, runtime
+from pyoffload import api, runtime
+from pyoffload.hooks import discovery
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -26,41 +27,44 @@ def _with_twin(original: Any) -> Any:
     return entry_points
 
 
+def owned_allocations(ctx: Any) -> list[Any]:
+    return [o for o in ctx._owned.values() if isinstance(o, pyoffload.Allocation)]
+
+
 @pytest.fixture(scope="module")
 def twin_runtime():
     """Restart pyoffload with the twin backend registered for the whole module."""
-    if runtime.is_initialised():
+    if runtime.active() is not None:
         pyoffload.shutdown()
     mp = pytest.MonkeyPatch()
-    mp.setattr(discovery, "_entry_points", _with_twin(discovery._entry_points))
-    rt = runtime.current()
+    mp.setattr(discovery, "entry_points", _with_twin(discovery.entry_points))
+    rt = api.runtime()
     assert any(d.backend == twin_backend.NAME for d in rt.devices), [r.line() for r in rt.reports]
     yield rt
     mp.undo()
-    if runtime.is_initialised():
+    if runtime.active() is not None:
         pyoffload.shutdown()
 
 
 def pinned_sizes(rt: Any) -> tuple[int, ...]:
     out = []
     for d in rt.devices:
-        pins = d.__dict__.get("_pins")
-        out.append(len(pins.by_host) if pins is not None else 0)
-        if pins is not None:
-            assert len(pins.by_host) == len(pins.by_dev), f"pinned maps of {d.id} disagree"
+        pins = d.pins
+        out.append(len(pins.by_host))
+        assert len(pins.by_host) == len(pins.by_dev), f"pinned maps of {d.id} disagree"
     return tuple(out)
 
 
 def snapshot(rt: Any) -> dict[str, Any]:
     """Everything a call could create: compared before and after a failing call."""
     return {
-        "registry": len(rt.registry),
+        "registry": sum(1 for _, _, a in rt.registry if a.owned),
         "pinned": pinned_sizes(rt),
         "programs": len(rt.programs),
         "queues": len(rt.queues),
         "contexts": len(rt.contexts),
-        "context_allocs": sum(len(c._allocs) for c in rt.contexts),
-        "live_allocs": sum(1 for _, _, a in rt.registry if a._live),
+        "context_allocs": sum(len(owned_allocations(c)) for c in rt.contexts),
+        "live_allocs": sum(1 for _, _, a in rt.registry if a._live and a.owned),
     }
 
 
@@ -74,9 +78,10 @@ def check_registry(rt: Any) -> None:
         prev_end = end
         assert alloc._live, f"freed {alloc!r} still registered"
         assert alloc.ptr == base and alloc.size == end - base, alloc
-        assert alloc.context._allocs.get(base) is alloc, f"{alloc!r} missing from its context"
+        if alloc.owned:
+            assert alloc.context._owned.get(id(alloc)) is alloc, f"{alloc!r} missing from its context"
         seen.add(id(alloc))
     for ctx in rt.contexts:
-        for ptr, alloc in ctx._allocs.items():
+        for alloc in owned_allocations(ctx):
             assert id(alloc) in seen and alloc._live, f"{ctx!r} holds unregistered {alloc!r}"
     pinned_sizes(rt)

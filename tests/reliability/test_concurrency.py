@@ -180,7 +180,7 @@ def test_stress(twin_runtime):
     # the pinned maps hold exactly the ranges still locked
     for dev in devices:
         views = [v for d in done for dd, v in d["locked"] if dd is dev]
-        pins = dev.__dict__.get("_pins")
+        pins = dev.pins
         users = sum(e.users for _, _, e in pins.by_host) if pins is not None else 0
         assert users == len(views), f"{dev.id}: {users} pinned users, {len(views)} locks held"
         for v in views:
@@ -197,7 +197,7 @@ def test_stress(twin_runtime):
         a.free()
     assert len(rt.registry) == before and not rt.queues
     for dev in devices:
-        pins = dev.__dict__.get("_pins")
+        pins = dev.pins
         assert pins is None or len(pins.by_host) == 0
 
 

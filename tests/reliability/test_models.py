@@ -167,7 +167,7 @@ class PinnedMachine(RuleBasedStateMachine):
 
     @invariant()
     def map_matches_model(self):
-        pins = self.dev.__dict__.get("_pins")
+        pins = self.dev.pins
         entries = sorted((b - self.addr, e - self.addr, en.users) for b, e, en in pins.by_host) if pins else []
         assert entries == sorted(tuple(r) for r in self.model)
         if pins is not None:
@@ -179,7 +179,7 @@ class PinnedMachine(RuleBasedStateMachine):
         for r in list(self.model):
             for _ in range(r[2]):
                 self.dev.unlock(self.buf[r[0]:r[1]])
-        pins = self.dev.__dict__.get("_pins")
+        pins = self.dev.pins
         assert pins is None or len(pins.by_host) == 0
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pyoffload.backend import DeviceDesc, DeviceType, PlatformDesc, hookimpl
+from pyoffload.backend import HOOK_API, DeviceDesc, DeviceType, PlatformDesc, hookimpl  # noqa: F401
 from pyoffload.host.plugin import (  # noqa: F401  (re-exported: pluggy registers them)
     conformance_images_impl,
     data_alloc_impl,
@@ -19,19 +19,19 @@ from pyoffload.host.plugin import (  # noqa: F401  (re-exported: pluggy register
     data_fill_impl,
     data_free_impl,
     data_lock_impl,
-    data_prefetch_impl,
     data_retrieve_impl,
     data_submit_impl,
-    data_unlock_impl,
     deinit_impl,
     device_info_impl,
     enqueue_host_function_impl,
     event_elapsed_impl,
     event_query_impl,
+    event_record_impl,
     event_wait_impl,
     get_global_impl,
     get_kernel_impl,
     get_symbols_impl,
+    kernel_packer_impl,
     kernel_signature_impl,
     launch_impl,
     launch_prepare_impl,

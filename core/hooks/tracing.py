@@ -13,7 +13,7 @@ import time
 from collections.abc import Generator
 from typing import Any
 
-from .log import get_logger
+from ..log import get_logger
 from .wrappers import wrap_every_hook
 
 

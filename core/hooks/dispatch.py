@@ -1,13 +1,13 @@
-"""One backend's hooks as plain callables: dispatched once, then called directly.
+"""One backend's ``*_impl`` hooks as plain positional callables: dispatched once, then called directly.
 
 A pluggy hook call costs ~2 µs, which is most of a kernel launch on a fast binding.  When no
 wrapper plugin (tracing, fault injection) is registered, every ``*_impl`` hook of a backend has
-exactly one implementation (plus, for optional hooks, the generic default), so the dispatcher binds
-the implementation functions directly.  Registering or removing a wrapper rebuilds the bindings,
-and from then on every call goes through pluggy so the wrapper sees it.
+exactly one implementation (plus, for optional hooks, the generic default), so the dispatcher
+binds the implementation functions directly.  Registering or removing a wrapper rebuilds the
+bindings, and from then on every call goes through pluggy so that the wrapper sees it.
 
-Exceptions that are not :class:`~pyoffload.OffloadError` are wrapped in ``BackendError`` naming the
-backend and the hook, so callers only ever see pyoffload's error classes.
+An exception that is not an :class:`~pyoffload.OffloadError` is wrapped in ``BackendError``
+naming the backend and the hook, so callers only ever see pyoffload's error classes.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 import pluggy
 
-from .errors import BackendError, OffloadError, UnsupportedError
+from ..errors import BackendError, OffloadError, UnsupportedError
 
 
 def _wrap_errors(backend: str, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -33,22 +33,22 @@ def _wrap_errors(backend: str, name: str, fn: Callable[..., Any]) -> Callable[..
     return call
 
 
+def _positional(fn: Callable[..., Any], impl_args: tuple[str, ...], spec_args: tuple[str, ...]) -> Callable[..., Any]:
+    """``fn`` called with the spec's positional arguments (an implementation may leave some out)."""
+    if impl_args == spec_args:
+        return fn
+    idx = tuple(spec_args.index(a) for a in impl_args)
+    return lambda *a: fn(*[a[i] for i in idx])
+
+
 def _direct(hook: pluggy.HookCaller) -> Callable[..., Any] | None:
-    """A positional callable for ``hook`` bypassing pluggy, or ``None`` if wrappers are present."""
+    """A positional callable for ``hook`` that bypasses pluggy, or ``None`` if wrappers are present."""
     impls = hook.get_hookimpls()
     if any(i.wrapper or i.hookwrapper for i in impls):
         return None
     spec_args = tuple(hook.spec.argnames) if hook.spec else ()
     # pluggy calls the last registered (and tryfirst) implementations first.
-    ordered = list(reversed(impls))
-    bound: list[Callable[..., Any]] = []
-    for impl in ordered:
-        fn = impl.function
-        if tuple(impl.argnames) == spec_args:
-            bound.append(fn)
-        else:
-            idx = tuple(spec_args.index(a) for a in impl.argnames)
-            bound.append(lambda *a, _fn=fn, _idx=idx: _fn(*[a[i] for i in _idx]))
+    bound = [_positional(i.function, tuple(i.argnames), spec_args) for i in reversed(impls)]
     if not bound:
         return _missing(hook.name)
     if len(bound) == 1:
@@ -81,7 +81,11 @@ def _through_pluggy(hook: pluggy.HookCaller) -> Callable[..., Any]:
 
 
 class Dispatcher:
-    """Attribute access gives a positional callable per ``*_impl`` hook of one backend."""
+    """Attribute access gives a positional callable per ``*_impl`` hook of one backend.
+
+    ``direct`` is True while no wrapper plugin is registered: the hot paths that bypass hooks
+    altogether (a prepared launch's bound function) check it.
+    """
 
     def __init__(self, backend: str, pm: pluggy.PluginManager) -> None:
         self.backend = backend
@@ -103,6 +107,11 @@ class Dispatcher:
                 fn = _through_pluggy(hook)
             setattr(self, name, _wrap_errors(self.backend, name, fn))
         self.direct = direct
+
+    def implements(self, name: str) -> bool:
+        """Whether the backend itself (not only the generic default) implements hook ``name``."""
+        hook = getattr(self.pm.hook, name)
+        return any(i.plugin_name == self.backend for i in hook.get_hookimpls())
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         # Only reached for names rebuild() did not bind: every hook is set as an attribute there.

@@ -11,19 +11,19 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from . import hookspecs
-from .backend import hookimpl
+from .. import hookspecs
+from ..backend import hookimpl
 
 T = TypeVar("T", bound=type)
 
 
 def spec_argnames(name: str) -> tuple[str, ...]:
-    code = getattr(hookspecs, name).__code__
+    code = hookspecs.specs()[name].__code__
     return code.co_varnames[: code.co_argcount]
 
 
 def impl_hook_names() -> list[str]:
-    return sorted(n for n in dir(hookspecs) if n.endswith("_impl"))
+    return sorted(n for n in hookspecs.specs() if n.endswith("_impl"))
 
 
 def _wrapper_for(name: str) -> Any:

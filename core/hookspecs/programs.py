@@ -1,0 +1,116 @@
+"""Hooks: device images, their symbols, kernels and how a launch's arguments are packed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..backend import InitFini, SymbolDesc
+from .marker import hookspec
+
+
+@hookspec(firstresult=True)
+def load_binary_impl(context: Any, device: Any, image: bytes) -> Any:
+    """Load a device image on ``device`` and return a program handle.
+
+    ``image`` is the generic layer's own copy of the caller's bytes, kept as long as the program.
+    Detect the format from the bytes and check it before the driver sees it: raise
+    ``InvalidBinaryError`` naming what was expected for anything malformed (a driver's loader may
+    crash on a malformed image; validation is the backend's duty), ``CompileError`` with the build
+    log when a source or IR image fails to build.  Do not run global constructors here unless the
+    platform's loader runs them itself (``dlopen``): the generic layer runs the entry points
+    named by ``global_init_fini_impl``.  May block.
+    """
+
+
+@hookspec(firstresult=True)
+def unload_binary_impl(device: Any, program: Any) -> None:
+    """Release a loaded program.
+
+    The generic layer guarantees: no queued operation uses the program any more (it waited for
+    every launch of its kernels), its destructors have run and observers were told.  Must not
+    affect any other program on the device.  May block.
+    """
+
+
+@hookspec(firstresult=True)
+def global_init_fini_impl(device: Any, program: Any) -> InitFini | None:
+    """*Optional.* Name the program's global constructor and destructor entry points.
+
+    Return an :class:`~pyoffload.backend.InitFini` of kernel names present in the program; the
+    generic layer launches each once without arguments (see ``InitFini``).  LLVM's conventions are
+    ``nvptx$device$init``/``nvptx$device$fini`` and ``amdgcn.device.init``/``amdgcn.device.fini``.
+    The default returns ``None`` (no constructors).  Example::
+
+        @hookimpl
+        def global_init_fini_impl(device, program):
+            names = set(program.kernel_names)
+            return InitFini(init=tuple(n for n in ["nvptx$device$init"] if n in names),
+                            fini=tuple(n for n in ["nvptx$device$fini"] if n in names))
+    """
+
+
+@hookspec(firstresult=True)
+def get_symbols_impl(device: Any, program: Any) -> Sequence[SymbolDesc]:
+    """List the program's kernels and global variables as :class:`~pyoffload.backend.SymbolDesc`
+    records (globals with their size in bytes).  Called once per program; cached."""
+
+
+@hookspec(firstresult=True)
+def get_kernel_impl(device: Any, program: Any, name: str) -> Any:
+    """Return a kernel handle for ``name``.
+
+    The generic layer asks only for names that ``get_symbols_impl`` listed as kernels (it
+    answers ``NOT_FOUND`` / ``SYMBOL_KIND`` itself otherwise), once per name; the handle is shared
+    by every launch and prepared launch of that kernel, from any thread.
+    """
+
+
+@hookspec(firstresult=True)
+def get_global_impl(device: Any, program: Any, name: str) -> tuple[int, int]:
+    """Return ``(address, size)`` of the global variable ``name`` (listed by ``get_symbols_impl``).
+
+    The address must be usable by the copy hooks and as a kernel argument on ``device``; the
+    generic layer records it so that ``mem_info`` resolves it.  Raise ``UnsupportedError`` if the
+    platform cannot expose a global's address.
+    """
+
+
+@hookspec(firstresult=True)
+def kernel_signature_impl(device: Any, kernel: Any) -> Sequence[str] | None:
+    """*Optional.* The kernel's parameter kinds, if the image declares them: each one of
+    :data:`pyoffload.backend.PARAM_KINDS` (``"ptr"``, ``"local"``, ``"i8"`` ... ``"f64"``).
+
+    With a signature, the generic layer checks argument count and kinds at launch
+    (``INVALID_ARGUMENT``) and converts Python ``int``/``float`` arguments to the declared scalar
+    type; without one, a Python ``int`` is a pointer.  Default ``None``.
+    """
+
+
+@hookspec(firstresult=True)
+def kernel_attributes_impl(device: Any, kernel: Any) -> dict[str, Any] | None:
+    """*Optional.* The kernel's attributes on ``device`` with the standard keys of
+    :data:`pyoffload.backend.KERNEL_ATTRIBUTE_KEYS` (``max_work_group_size``,
+    ``preferred_work_group_multiple``, ``local_memory_bytes``, ``private_memory_bytes``,
+    ``registers``); absent keys read as ``None``, extras take a ``"<backend>."`` prefix.  Default
+    ``None`` (the generic layer then reports the device's limits).
+    """
+
+
+@hookspec(firstresult=True)
+def kernel_packer_impl(device: Any, kernel: Any, kinds: tuple[str, ...]) -> Callable[[tuple[Any, ...]], Any] | None:
+    """*Optional.* Return a function that packs one launch's arguments for ``kernel`` into whatever
+    ``launch_impl`` and ``launch_prepare_impl`` take as ``args``.
+
+    Called once per kernel and argument-kind signature ``kinds`` (a tuple of
+    :data:`~pyoffload.backend.PARAM_KINDS`); the generic layer caches the packer and calls it on
+    every launch with a tuple of already-checked values: an ``int`` address for ``"ptr"`` (0 for
+    NULL), a :class:`~pyoffload.backend.LocalMemory` for ``"local"``, a numpy scalar of exactly
+    the kind's dtype otherwise.  The packer must not keep the tuple.  The default returns ``None``:
+    ``launch_impl`` then receives the tuple itself.  Example (CUDA, one parameter buffer)::
+
+        @hookimpl
+        def kernel_packer_impl(device, kernel, kinds):
+            layout = struct.Struct(param_format(kinds))
+            return lambda values: layout.pack(*values)
+    """

@@ -1,0 +1,249 @@
+"""Launch arguments and dimensions: checked and packed once per kernel and argument-type signature.
+
+A launch's arguments are allocations, pointers (``int``; ``None`` for NULL), program globals,
+numpy scalars, Python ``int``/``float`` where the kernel's signature declares a scalar, and
+:class:`~pyoffload.LocalMemory`.  The first launch of a kernel with a given tuple of argument
+*types* builds a :class:`Binder`: it checks the types against the kernel's signature (count and
+kinds, ``INVALID_ARGUMENT`` naming the argument), decides each argument's parameter kind, and gets
+the backend's packer for that kind signature (``kernel_packer_impl``).  Every later launch with
+the same types reuses it and only does what depends on the values: live and reachable memory
+(every pointer must lie in a live allocation the device can use, in host memory pinned for the
+device, or be NULL), scalar range conversion, local-memory limits.  The backend receives packed
+arguments and never re-validates them.
+
+Rules that hold on every backend: a Python ``int`` is a pointer unless the signature says the
+parameter is a scalar; a Python ``float`` needs a signature; booleans are refused (ambiguous).
+Dimensions go through ``operator.index``, must be positive and within the device's limits.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .backend import LocalMemory
+from .enums import AllocKind, MemoryConnection
+from .errors import InvalidArgumentError, InvalidSizeError, InvalidValueError, got
+from .memory import Allocation
+from .pinning import device_pointer
+from .program import GlobalVariable, Kernel
+from .queue_core import QueueCore
+
+_ALLOC, _PTR, _NULL, _GLOBAL, _SCALAR, _CONVERT, _LOCAL = range(7)
+_SCALAR_PREFIX = {"i": "i", "u": "u", "f": "f"}
+
+
+def numpy_kind(dtype: np.dtype) -> str | None:
+    prefix = _SCALAR_PREFIX.get(dtype.kind)
+    return f"{prefix}{dtype.itemsize * 8}" if prefix else None
+
+
+_KIND_DTYPES = {
+    "i8": np.dtype(np.int8), "i16": np.dtype(np.int16), "i32": np.dtype(np.int32), "i64": np.dtype(np.int64),
+    "u8": np.dtype(np.uint8), "u16": np.dtype(np.uint16), "u32": np.dtype(np.uint32), "u64": np.dtype(np.uint64),
+    "f16": np.dtype(np.float16), "f32": np.dtype(np.float32), "f64": np.dtype(np.float64),
+}
+
+
+class Binder:
+    """Checks and packs the arguments of launches of one kernel with one tuple of argument types."""
+
+    __slots__ = ("kernel", "codes", "dtypes", "packer", "has_local", "has_pointers")
+
+    def __init__(self, kernel: Kernel, types: tuple[type, ...]) -> None:
+        sig = kernel.signature
+        if sig is not None and len(sig) != len(types):
+            raise InvalidArgumentError(
+                f"launch: kernel {kernel.name!r} takes {len(sig)} arguments ({', '.join(sig)}), got {len(types)}")
+        codes: list[int] = []
+        dtypes: list[np.dtype | None] = []
+        kinds: list[str] = []
+        for i, t in enumerate(types):
+            want = sig[i] if sig is not None else None
+            code, kind, dtype = _classify(kernel, i, t, want)
+            codes.append(code)
+            kinds.append(kind)
+            dtypes.append(dtype)
+        self.kernel = kernel
+        self.codes = tuple(codes)
+        self.dtypes = tuple(dtypes)
+        self.has_local = _LOCAL in codes
+        self.has_pointers = any(c in (_ALLOC, _PTR) for c in codes)
+        self.packer = kernel.packer(tuple(kinds))
+
+    def __call__(self, queue: QueueCore, args: Sequence[Any]) -> tuple[Any, list[Allocation]]:
+        """The packed arguments and the allocations they use (checked live and reachable)."""
+        values = list(args)
+        allocs: list[Allocation] = []
+        if self.has_pointers or self.has_local:
+            ctx, dev = queue.context, queue.device
+            codes = self.codes
+            for i in range(len(codes)):
+                code = codes[i]
+                if code == _ALLOC:
+                    a = values[i]
+                    if not a._live:
+                        raise InvalidArgumentError(f"launch argument {i}: {a!r} was freed")
+                    if not (a.context is ctx and (a.device is dev or a.kind is not AllocKind.DEVICE)):
+                        _check_reachable(queue, i, a)
+                    values[i] = a.ptr
+                    allocs.append(a)
+                elif code == _PTR:
+                    p = values[i]
+                    if p:
+                        hit = dev._rt.registry.find(p)
+                        if hit is not None:
+                            a = hit[2]
+                            if not (a.context is ctx and (a.device is dev or a.kind is not AllocKind.DEVICE)):
+                                _check_reachable(queue, i, a)
+                            allocs.append(a)
+                        elif device_pointer(dev, p) is None:
+                            raise InvalidArgumentError(
+                                f"launch argument {i}: pointer 0x{p:x} is not in a live allocation or in host memory "
+                                f"pinned for {dev.id} (pass scalars as numpy scalars, e.g. numpy.int32(5))")
+            if self.has_local:
+                total = sum(v.size for v, c in zip(values, codes) if c == _LOCAL)
+                limit = dev.limits.local_memory
+                if total > limit:
+                    raise InvalidArgumentError(
+                        f"launch of {self.kernel.name!r}: {total} bytes of LocalMemory exceed the device's "
+                        f"local memory ({limit} bytes, info 'local_memory_bytes')")
+        for i, code in enumerate(self.codes):
+            if code == _CONVERT:
+                values[i] = _convert(i, values[i], self.dtypes[i])  # type: ignore[arg-type]
+            elif code == _NULL:
+                values[i] = 0
+            elif code == _GLOBAL:
+                values[i] = _global_address(queue, i, values[i])
+        packed = self.packer(tuple(values)) if self.packer is not None else tuple(values)
+        return packed, allocs
+
+
+def _classify(kernel: Kernel, i: int, t: type, want: str | None) -> tuple[int, str, np.dtype | None]:
+    """(code, parameter kind, dtype to convert to) of argument ``i`` of type ``t``."""
+    name = kernel.name
+
+    def refuse(got: str) -> InvalidArgumentError:
+        return InvalidArgumentError(f"launch argument {i} of kernel {name!r}: expected {want}, got {got}")
+
+    if t is Allocation or t is GlobalVariable or t is type(None):
+        if want not in (None, "ptr"):
+            raise refuse("a pointer")
+        return (_ALLOC if t is Allocation else _GLOBAL if t is GlobalVariable else _NULL), "ptr", None
+    if t is bool or issubclass(t, np.bool_):
+        raise InvalidArgumentError(f"launch argument {i} of kernel {name!r}: booleans are ambiguous; "
+                                   "pass numpy.uint8 (or the declared type)")
+    if t is LocalMemory:
+        if want not in (None, "local", "ptr"):  # a host-style image declares local memory as a pointer
+            raise refuse("LocalMemory")
+        return _LOCAL, "local", None
+    if issubclass(t, np.generic):
+        kind = numpy_kind(np.dtype(t))
+        if kind is None:
+            raise InvalidArgumentError(f"launch argument {i} of kernel {name!r}: unsupported scalar type {np.dtype(t)}")
+        if want is not None and want != kind:
+            raise refuse(kind)
+        return _SCALAR, kind, None
+    if issubclass(t, int):
+        if want is None or want == "ptr":
+            return _PTR, "ptr", None
+        if want == "local":
+            raise refuse("an int")
+        return _CONVERT, want, _KIND_DTYPES[want]
+    if issubclass(t, float):
+        if want is None:
+            raise InvalidArgumentError(
+                f"launch argument {i} of kernel {name!r}: a Python float needs a kernel signature to say its "
+                "type; pass a numpy scalar, e.g. numpy.float32(2.0)")
+        if want[0] != "f":
+            raise refuse("a float")
+        return _CONVERT, want, _KIND_DTYPES[want]
+    raise InvalidArgumentError(
+        f"launch argument {i} of kernel {name!r}: {t.__name__} is not an Allocation, pointer, global, "
+        "numpy scalar or LocalMemory; pass scalars as numpy scalars, e.g. numpy.float32(2.0)")
+
+
+def _convert(i: int, value: Any, dtype: np.dtype) -> np.generic:
+    try:
+        out = dtype.type(value)
+    except OverflowError:
+        raise InvalidArgumentError(f"launch argument {i}: {value!r} does not fit in {dtype}") from None
+    if dtype.kind in "iu" and int(out) != value:
+        raise InvalidArgumentError(f"launch argument {i}: {value!r} does not fit in {dtype}")
+    return out
+
+
+def _global_address(queue: QueueCore, i: int, g: GlobalVariable) -> int:
+    if g.program.device is not queue.device:
+        raise InvalidArgumentError(f"launch argument {i}: {g!r} is on {g.program.device.id}, not {queue.device.id}")
+    g.program.check_loaded()
+    return g.address
+
+
+def _check_reachable(queue: QueueCore, i: int, alloc: Allocation) -> None:
+    ctx = alloc.context
+    if ctx.platform is queue.context.platform:
+        if ctx.connection(alloc.device, queue.context, queue.device) is MemoryConnection.UNIFIED:
+            return
+    raise InvalidArgumentError(f"launch argument {i}: {alloc!r} is not usable by kernels on {queue.device.id}")
+
+
+def binder(kernel: Kernel, args: Any) -> Binder:
+    """The cached binder for ``args``' types (building it on first use)."""
+    if type(args) is not tuple and type(args) is not list:
+        raise TypeError(f"launch: args must be a list or tuple, got {got(args)}")
+    key = tuple(map(type, args))
+    found = kernel.binders.get(key)
+    if found is None:
+        found = kernel.binders[key] = Binder(kernel, key)
+    return found  # type: ignore[no-any-return]
+
+
+def _dim(value: Any, what: str) -> int:
+    if type(value) is not int:
+        if isinstance(value, bool):
+            raise TypeError(f"{what} must be integers, got {got(value)}")
+        try:
+            value = operator.index(value)
+        except TypeError:
+            raise TypeError(f"{what} must be integers, got {got(value)}") from None
+    if value <= 0:
+        raise InvalidValueError(f"{what} must be positive, got {value}")
+    if value >= 1 << 64:
+        raise InvalidSizeError(f"{what} {value} is not below 2**64")
+    return value  # type: ignore[no-any-return]
+
+
+def _triple(value: Any, what: str) -> tuple[int, int, int]:
+    if isinstance(value, (tuple, list)):
+        if not 1 <= len(value) <= 3:
+            raise InvalidValueError(f"{what} must have 1 to 3 dimensions, got {tuple(value)!r}")
+        dims = tuple(_dim(v, what) for v in value)
+    else:
+        dims = (_dim(value, what),)
+    return dims + (1,) * (3 - len(dims))  # type: ignore[return-value]
+
+
+def dimensions(device: Any, grid: Any, block: Any) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """``(grid, block)`` as 3-tuples, checked against the device's limits (``INVALID_ARGUMENT``
+    naming the limit; products that overflow 64 bits are refused too)."""
+    g = _triple(grid, "grid")
+    b = _triple(block, "block")
+    lim = device.limits
+    for axis in range(3):
+        if b[axis] > lim.block[axis]:
+            raise InvalidArgumentError(
+                f"block {b}: dimension {axis} exceeds the device's limit {lim.block[axis]} (info 'max_work_item_sizes')")
+        if g[axis] > lim.grid[axis]:
+            raise InvalidArgumentError(
+                f"grid {g}: dimension {axis} exceeds the device's limit {lim.grid[axis]} (info 'max_grid_size')")
+        if g[axis] * b[axis] >= 1 << 64:
+            raise InvalidArgumentError(f"grid {g} x block {b}: dimension {axis} overflows 64 bits of work-items")
+    threads = b[0] * b[1] * b[2]
+    if threads > lim.block_threads:
+        raise InvalidArgumentError(
+            f"block {b}: {threads} work-items exceed the device's limit {lim.block_threads} (info 'max_work_group_size')")
+    return g, b

@@ -1,0 +1,541 @@
+"""An in-order queue as the generic layer runs it: the backend's queue and the ledger of its
+in-flight operations.
+
+Every operation enqueued on a queue gets the next sequence number.  The ledger records what the
+generic layer needs to know about operations still in flight, and nothing more:
+
+* ``done``: every operation up to this number has completed (as far as anyone has observed);
+* markers: backend events recorded *only when something needs to observe completion* (the user
+  waits on one operation, a host buffer or a deferred free must be released after an operation,
+  a profiling queue, ``record()``); a marker recorded after operation ``n`` completes when all of
+  ``1..n`` have, because the queue is in order;
+* holds and deferred actions: objects an operation uses (host buffers of a copy) and actions to
+  run once it has completed (a free that could not wait), released and run when ``done`` passes
+  them — by whoever observes it: a wait on any event, a query, or a later operation.
+
+Waiting for operation ``n`` waits on the first marker at or after ``n`` (recording one if there is
+none), or synchronises the queue when ``n`` is the newest operation.  Either way a wait is bounded
+by what was enqueued before it started, so another thread that keeps feeding the queue cannot make
+a waiter wait forever.
+
+Host functions and host-side dependencies (waits on events of other backends) are native where
+the backend offers them; otherwise the queue enters *backlog* mode: later operations get their
+sequence numbers at once but are handed to the backend by a helper thread of this queue, in order,
+once the host function has run or the dependency has completed.  Enqueueing never blocks.
+
+Locks: ``_lock`` serialises enqueues (backend enqueue hooks are called under it and must not
+block) and guards the ledger.  It is never held while waiting on the device or running user code.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .errors import BackendError, Errc, InvalidHandleError, OffloadError
+from .runtime import warn_teardown
+
+# Poll for completed markers on enqueue once this many holds or deferred actions are pending.
+_POLL_AFTER = 8
+
+
+class Marker:
+    """A backend event recorded after operation ``seq``.
+
+    ``pins`` counts threads waiting on it; ``owned`` means an :class:`Event` keeps it (profiling
+    and ``record()``); it is released once it left the ledger and neither is true.
+    """
+
+    __slots__ = ("seq", "handle", "pins", "owned", "retired", "ready")
+
+    def __init__(self, seq: int, handle: Any, owned: bool = False) -> None:
+        self.seq = seq
+        self.handle = handle
+        self.pins = 0
+        self.owned = owned
+        self.retired = False  # left the ledger
+        self.ready = handle is not None  # recorded with the backend (False while in the backlog)
+
+
+class _HostFunctionScope(threading.local):
+    """Which queue's host function (and its sequence number) this thread is running, if any."""
+
+    def __init__(self) -> None:
+        self.running: list[tuple[QueueCore, int]] = []
+
+
+_host_scope = _HostFunctionScope()
+
+
+def running_host_function() -> tuple[QueueCore, int] | None:
+    """The queue and sequence number of the host function the calling thread runs, or ``None``."""
+    running = _host_scope.running
+    return running[-1] if running else None
+
+
+class QueueCore:
+    """A backend queue on one device plus its ledger.  The public ``pyoffload.Queue`` and the
+    contexts' internal queues (for the synchronous operations) are both one."""
+
+    def __init__(self, device: Any, context: Any, profiling: bool, name: str) -> None:
+        self.device = device
+        self.context = context
+        self.profiling = bool(profiling)
+        self._name = name
+        self._disp = device._disp
+        self._dh = device.handle
+        self._rt = device._rt
+        self._lock = threading.Lock()
+        self._moved = threading.Condition(self._lock)  # notified when the backlog moves
+        self._seq = 0  # operations enqueued
+        self._submitted = 0  # operations handed to the backend
+        self._done = 0  # operations observed complete
+        self._markers: collections.deque[Marker] = collections.deque()
+        self._holds: collections.deque[tuple[int, Any]] = collections.deque()
+        self._deferred: collections.deque[tuple[int, Callable[[], None]]] = collections.deque()
+        self._failures: dict[int, BaseException] = {}  # host-function errors by operation
+        self._unreported: list[BaseException] = []  # ... not yet raised by a queue-wide wait
+        self._backlog: collections.deque[tuple[Any, ...]] | None = None
+        self._native_host_functions = self._disp.implements("enqueue_host_function_impl")
+        self._native_waits = self._disp.implements("queue_wait_events_impl")
+        self.handle = self._disp.queue_create_impl(context.handle, self._dh, self.profiling)
+        self._live = True
+
+    # -- state ------------------------------------------------------------------------------
+
+    def _dead(self) -> OffloadError:
+        if not self._rt.alive:
+            return InvalidHandleError(f"{self._name} belongs to a runtime that was shut down", Errc.UNINITIALIZED)
+        return InvalidHandleError(f"{self._name} was destroyed", Errc.INVALID_QUEUE)
+
+    def _check_live(self) -> None:
+        if not self._live:
+            raise self._dead()
+
+    # -- enqueueing -------------------------------------------------------------------------
+
+    def enqueue(self, fn: Callable[..., None], args: tuple[Any, ...], hold: Any = None) -> int:
+        """Enqueue one operation whose backend part is ``fn(*args)`` (an enqueue hook); return its
+        sequence number.  ``hold`` is kept alive until the operation completes (a host buffer it
+        reads or writes)."""
+        with self._lock:
+            if not self._live:
+                raise self._dead()
+            seq = self._seq + 1
+            if self._backlog is None:
+                fn(*args)
+                self._submitted = seq
+            else:
+                self._backlog.append(("op", seq, (fn, args)))
+            self._seq = seq
+            if hold is not None:
+                self._holds.append((seq, hold))
+            if self.profiling:
+                self._mark_locked(owned=True)  # the operation's event takes it (claim_marker)
+            elif hold is not None:
+                self._mark_locked()
+            poll = len(self._holds) + len(self._deferred) > _POLL_AFTER
+        if poll:
+            self._poll()
+        return seq
+
+    def _mark_locked(self, owned: bool = False) -> Marker:
+        """Record a marker after everything enqueued so far (lock held)."""
+        if self._backlog is None:
+            marker = Marker(self._seq, self._disp.event_record_impl(self._dh, self.handle), owned)
+        else:
+            marker = Marker(self._seq, None, owned)
+            self._backlog.append(("mark", self._seq, marker))
+        self._markers.append(marker)
+        return marker
+
+    def record(self) -> Marker:
+        """A marker after everything enqueued so far, owned by the caller (``Queue.record``)."""
+        with self._lock:
+            if not self._live:
+                raise self._dead()
+            return self._mark_locked(owned=True)
+
+    def release_marker(self, marker: Marker) -> None:
+        """The owner of ``marker`` no longer needs it."""
+        with self._lock:
+            marker.owned = False
+            release = marker.retired and marker.pins == 0 and marker.ready
+        if release:
+            self._release(marker)
+
+    def _release(self, marker: Marker) -> None:
+        try:
+            self._disp.event_release_impl(self._dh, marker.handle)
+        except Exception as exc:
+            warn_teardown(f"releasing an event of {self._name}", exc)
+
+    def host_function(self, fn: Callable[[], Any]) -> int:
+        """Enqueue ``fn`` to run once earlier work has completed, holding later work back."""
+        with self._lock:
+            if not self._live:
+                raise self._dead()
+            seq = self._seq + 1
+            run = self._host_runner(fn, seq)
+            if self._backlog is None and self._native_host_functions:
+                self._disp.enqueue_host_function_impl(self._dh, self.handle, run)
+                self._submitted = seq
+            else:
+                self._start_backlog_locked()
+                assert self._backlog is not None
+                self._backlog.append(("host", seq, run))
+            self._seq = seq
+            if self.profiling:
+                self._mark_locked(owned=True)
+            return seq
+
+    def claim_marker(self, seq: int) -> Marker | None:
+        """The marker recorded right after operation ``seq`` on a profiling queue, for its event."""
+        with self._lock:
+            for m in reversed(self._markers):
+                if m.seq == seq:
+                    return m
+                if m.seq < seq:
+                    break
+        return None
+
+    def _host_runner(self, fn: Callable[[], Any], seq: int) -> Callable[[], None]:
+        def run() -> None:
+            # Everything before the host function has completed: the queue is in order.
+            self._advance(seq - 1)
+            _host_scope.running.append((self, seq))
+            try:
+                fn()
+            except BaseException as exc:  # recorded for its event and the queue's next wait
+                with self._lock:
+                    self._failures[seq] = exc
+                    self._unreported.append(exc)
+            finally:
+                _host_scope.running.pop()
+            self._advance(seq)
+
+        return run
+
+    def marker_for(self, seq: int) -> Marker | None:
+        """A marker that completes no earlier than operation ``seq``, pinned for the caller (who
+        must ``unpin`` it), or ``None`` if ``seq`` has completed."""
+        with self._lock:
+            if seq <= self._done:
+                return None
+            marker = next((m for m in self._markers if m.seq >= seq), None)
+            if marker is None:
+                marker = self._mark_locked()
+            marker.pins += 1
+            return marker
+
+    def wait_on(self, events: Sequence[tuple[QueueCore, Marker]], foreign: Sequence[Callable[[], None]]) -> int:
+        """Make later work wait for ``events`` (``(queue, pinned marker)`` pairs of this backend's
+        queues, ordered natively where the backend can) and for ``foreign`` waits (callables that
+        block until an event of another backend completes, run on this queue's helper thread)."""
+        native = [m.handle for _, m in events if m.ready]
+        with self._lock:
+            if not self._live:
+                raise self._dead()
+            seq = self._seq + 1
+            ordered = False
+            if native and self._backlog is None and self._native_waits:
+                ordered = bool(self._disp.queue_wait_events_impl(self._dh, self.handle, native))
+            waits = list(foreign)
+            if not ordered:
+                waits += [lambda q=q, m=m: q.wait_for(m.seq) for q, m in events]
+            if waits:
+                self._start_backlog_locked()
+                assert self._backlog is not None
+                self._backlog.append(("wait", seq, waits))
+            else:
+                self._submitted = seq
+            self._seq = seq
+            return seq
+
+    def hold(self, seq: int, obj: Any) -> None:
+        """Keep ``obj`` alive until operation ``seq`` has completed."""
+        with self._lock:
+            if seq > self._done:
+                self._holds.append((seq, obj))
+                if not any(m.seq >= seq for m in self._markers):
+                    self._mark_locked()
+
+    def after(self, seq: int, action: Callable[[], None]) -> None:
+        """Run ``action()`` once operation ``seq`` has completed (now, if it has)."""
+        with self._lock:
+            if seq > self._done:
+                self._deferred.append((seq, action))
+                if not any(m.seq >= seq for m in self._markers):
+                    self._mark_locked()
+                return
+        action()
+
+    # -- the backlog --------------------------------------------------------------------------
+
+    def _start_backlog_locked(self) -> None:
+        if self._backlog is None:
+            self._backlog = collections.deque()
+            threading.Thread(target=self._drain, name=f"pyoffload-{self._name}", daemon=True).start()
+
+    def _drain(self) -> None:
+        """Hand backlogged operations to the backend in order; run host functions and waits."""
+        while True:
+            with self._lock:
+                backlog = self._backlog
+                if not backlog:
+                    self._backlog = None
+                    self._moved.notify_all()
+                    return
+                kind, seq, payload = backlog.popleft()
+                if kind == "op":
+                    try:
+                        payload[0](*payload[1])
+                    except Exception as exc:  # the enqueue was accepted: report it like a failure
+                        self._failures[seq] = exc
+                        self._unreported.append(exc)
+                    self._submitted = seq
+                    self._moved.notify_all()
+                    continue
+                if kind == "mark":
+                    payload.handle = self._disp.event_record_impl(self._dh, self.handle)
+                    payload.ready = True
+                    self._moved.notify_all()
+                    continue
+                before = self._submitted
+                marker = None
+                if before > self._done:
+                    marker = Marker(before, self._disp.event_record_impl(self._dh, self.handle))
+                    marker.pins = 1
+                    self._markers.append(marker)
+            # A host function or a wait: everything before it must complete first.
+            try:
+                if marker is not None:
+                    self._wait_marker(marker)
+                if kind == "host":
+                    payload()
+                else:
+                    for wait in payload:
+                        wait()
+            except BaseException as exc:
+                with self._lock:
+                    self._failures[seq] = exc
+                    self._unreported.append(exc)
+            finally:
+                if marker is not None:
+                    self._unpin(marker)
+            self._advance(seq)
+            with self._lock:
+                self._submitted = seq
+                self._moved.notify_all()
+
+    # -- observing completion ---------------------------------------------------------------
+
+    def _advance(self, upto: int) -> None:
+        """Everything up to ``upto`` has completed: release what the ledger held for it."""
+        release: list[Marker] = []
+        actions: list[Callable[[], None]] = []
+        with self._lock:
+            if upto <= self._done:
+                return
+            self._done = upto
+            markers = self._markers
+            while markers and markers[0].seq <= upto:
+                m = markers.popleft()
+                m.retired = True
+                if m.pins == 0 and not m.owned and m.ready:
+                    release.append(m)
+            holds = self._holds
+            while holds and holds[0][0] <= upto:
+                holds.popleft()
+            deferred = self._deferred
+            while deferred and deferred[0][0] <= upto:
+                actions.append(deferred.popleft()[1])
+        for m in release:
+            self._release(m)
+        for action in actions:
+            action()
+
+    def unpin(self, marker: Marker) -> None:
+        """Drop a pin that ``marker_for`` took."""
+        self._unpin(marker)
+
+    def _unpin(self, marker: Marker) -> None:
+        with self._lock:
+            marker.pins -= 1
+            release = marker.retired and marker.pins == 0 and not marker.owned
+        if release:
+            self._release(marker)
+
+    def _wait_marker(self, marker: Marker) -> None:
+        self._disp.event_wait_impl(self._dh, marker.handle)
+        self._advance(marker.seq)
+
+    def _check_self_wait(self, seq: int) -> None:
+        running = running_host_function()
+        if running is not None and running[0] is self and seq >= running[1]:
+            raise OffloadError(
+                f"a host function of {self._name} waits for that queue's own later work, which "
+                "cannot start before the host function returns", Errc.INVALID_QUEUE)
+
+    def wait_for(self, seq: int) -> None:
+        """Block until operation ``seq`` has completed; raise if it (a host function) failed."""
+        if seq > self._done:
+            self._check_self_wait(seq)
+            self._wait_until(seq)
+        if self._failures and seq in self._failures:
+            exc = self._failures[seq]
+            raise BackendError(f"a host function on {self._name} raised {exc!r}") from exc
+
+    def wait_done(self, seq: int) -> None:
+        """Block until operation ``seq`` has completed (whether or not it failed)."""
+        if seq > self._done:
+            self._check_self_wait(seq)
+            self._wait_until(seq)
+
+    def _wait_until(self, seq: int) -> None:
+        with self._lock:
+            while seq > self._submitted and self._backlog is not None:
+                self._moved.wait()
+            if seq > self._done and seq > self._seq:
+                return  # never enqueued (its enqueue failed)
+            if seq <= self._done:
+                return
+            marker = next((m for m in self._markers if m.seq >= seq), None)
+            if marker is not None:
+                while not marker.ready:
+                    self._moved.wait()
+                marker.pins += 1
+            else:
+                upto = self._submitted
+        if marker is None:
+            self._disp.queue_synchronize_impl(self._dh, self.handle)
+            self._advance(upto)
+            return
+        try:
+            self._wait_marker(marker)
+        finally:
+            self._unpin(marker)
+
+    def is_done(self, seq: int) -> bool:
+        """Whether operation ``seq`` has completed, without blocking.  Without a marker at it, the
+        answer comes from the whole queue, so it may say ``False`` until later work completes."""
+        if seq <= self._done:
+            return True
+        with self._lock:
+            if seq > self._submitted:
+                return False
+            marker = next((m for m in self._markers if m.seq >= seq and m.ready), None)
+            if marker is not None:
+                marker.pins += 1
+            upto = self._submitted
+        try:
+            if marker is not None:
+                if self._disp.event_query_impl(self._dh, marker.handle):
+                    self._advance(marker.seq)
+                    return True
+                return False
+            if self._disp.queue_query_impl(self._dh, self.handle):
+                self._advance(upto)
+                return True
+            return False
+        finally:
+            if marker is not None:
+                self._unpin(marker)
+
+    def _poll(self) -> None:
+        """Release what completed operations held, without blocking (called now and then)."""
+        with self._lock:
+            marker = next((m for m in self._markers if m.ready), None)
+            if marker is None:
+                return
+            marker.pins += 1
+        try:
+            if self._disp.event_query_impl(self._dh, marker.handle):
+                self._advance(marker.seq)
+        except OffloadError:
+            pass  # a failed operation: the next wait reports it
+        finally:
+            self._unpin(marker)
+
+    def synchronize(self) -> None:
+        """Block until everything enqueued so far has completed; raise a host function's error
+        once (the first not yet reported by a queue-wide wait)."""
+        self._check_live()
+        upto = self._seq
+        if upto > self._done:
+            self._check_self_wait(upto)
+            self._wait_until(upto)
+        if self._unreported:
+            with self._lock:
+                errors, self._unreported = self._unreported, []
+            if errors:
+                raise BackendError(f"a host function on {self._name} raised {errors[0]!r}") from errors[0]
+
+    def query(self) -> bool:
+        """Whether everything enqueued so far has completed (never blocks)."""
+        self._check_live()
+        return self._seq <= self._done or self.is_done(self._seq)
+
+    def drain_within(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for everything enqueued so far (polling, so that an
+        operation that never completes cannot hang the caller); ``True`` if it completed."""
+        deadline = time.monotonic() + timeout
+        delay = 0.0005
+        while not self.is_done(self._seq):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+        return True
+
+    # -- release ------------------------------------------------------------------------------
+
+    def close(self, at_exit: bool = False) -> None:
+        """Wait for outstanding work, then release the backend queue; later use is an error.
+        Interrupted while waiting, the queue stays usable.  At interpreter exit the wait is
+        bounded: work that never completes leaves the queue (and what it uses) leaked."""
+        self._check_self_wait(self._seq)
+        with self._lock:
+            if not self._live:
+                return
+            self._live = False  # no new work from here on
+        try:
+            if at_exit:
+                if not self.drain_within(EXIT_WAIT_SECONDS):
+                    raise OffloadError(f"{self._name} still had work running at exit: leaked", Errc.BACKEND_FAILURE)
+            else:
+                self._wait_until(self._seq)
+        except KeyboardInterrupt:
+            with self._lock:
+                self._live = True  # interrupted: still usable
+            raise
+        with self._lock:
+            markers = list(self._markers)
+            self._markers.clear()
+            self._holds.clear()
+            deferred = [action for _, action in self._deferred]
+            self._deferred.clear()
+            self._done = self._seq
+        for m in markers:
+            m.retired = True
+            if m.pins == 0 and not m.owned and m.ready:
+                self._release(m)
+        for action in deferred:
+            action()
+        self._disp.queue_destroy_impl(self._dh, self.handle)
+
+    def __repr__(self) -> str:
+        return f"<{self._name}{'' if self._live else ' destroyed'}>"
+
+
+EXIT_WAIT_SECONDS = 10.0
+"""How long interpreter exit waits for a queue's outstanding work before leaking it."""
+
+
+def owned_marker_finalizer(owner: object, queue: QueueCore, marker: Marker) -> None:
+    """Release ``marker`` when ``owner`` (an Event) is collected."""
+    weakref.finalize(owner, queue.release_marker, marker)
