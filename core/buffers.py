@@ -54,7 +54,8 @@ def host_view(obj: Any, role: str, writable: bool) -> HostView:
             raise InvalidArgumentError(f"{role}: the numpy array must be C-contiguous")
         if writable and not obj.flags.writeable:
             raise InvalidArgumentError(f"{role}: the numpy array is read-only")
-        mv = memoryview(obj.reshape(-1).view(np.uint8)) if obj.ndim != 1 or obj.itemsize != 1 else memoryview(obj)
+        flat = obj.reshape(-1).view(np.uint8) if obj.ndim != 1 or obj.itemsize != 1 else obj
+        mv = memoryview(flat)  # type: ignore[arg-type]  # ndarray exports the buffer protocol
         return HostView(mv, int(obj.ctypes.data) if obj.size else 0, not obj.flags.writeable)
     try:
         mv = memoryview(obj)

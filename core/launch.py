@@ -41,7 +41,7 @@ def numpy_kind(dtype: np.dtype) -> str | None:
     return f"{prefix}{dtype.itemsize * 8}" if prefix else None
 
 
-_KIND_DTYPES = {
+_KIND_DTYPES: dict[str, np.dtype[Any]] = {
     "i8": np.dtype(np.int8), "i16": np.dtype(np.int16), "i32": np.dtype(np.int32), "i64": np.dtype(np.int64),
     "u8": np.dtype(np.uint8), "u16": np.dtype(np.uint16), "u32": np.dtype(np.uint32), "u64": np.dtype(np.uint64),
     "f16": np.dtype(np.float16), "f32": np.dtype(np.float32), "f64": np.dtype(np.float64),

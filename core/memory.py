@@ -183,7 +183,7 @@ class Allocation:
         return arr.copy() if copy else arr
 
     def __buffer__(self, flags: int) -> memoryview:
-        return memoryview(self.view())
+        return memoryview(self.view())  # type: ignore[arg-type]  # ndarray exports the buffer protocol
 
     # -- teardown -----------------------------------------------------------------------------
 
@@ -287,9 +287,9 @@ def _place_aside(rt: Runtime, alloc: Allocation, pool: CachingAllocator, queue: 
         raise OutOfResourcesError(
             f"backend {alloc.context.backend!r} keeps returning addresses that collide with live allocations")
     finally:
-        for block in held:
-            if block is not None:
-                pool.give(block)
+        for aside in held:
+            if aside is not None:
+                pool.give(aside)
 
 
 def register_external(rt: Runtime, ptr: int, size: int, kind: AllocKind, device: GenericDevice | None,

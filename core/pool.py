@@ -143,9 +143,9 @@ class CachingAllocator:
                     if self.in_use > self.peak_in_use:
                         self.peak_in_use = self.in_use
                     return block
-            block = self._best_fit(need, queue)
-            if block is not None:
-                return block
+            fit = self._best_fit(need, queue)
+            if fit is not None:
+                return fit
         return self._grow(need, queue)
 
     def give(self, block: Block, queue: Any = None, seq: int = 0) -> None:

@@ -21,7 +21,7 @@ from .errors import InvalidArgumentError, got
 from .launch import Binder, binder, dimensions
 from .memory import Allocation, allocate, claim, release, unclaim
 from .program import LOADED, Kernel
-from .queue_core import Marker, QueueCore
+from .queue_core import Marker, QueueCore, waiter
 from .transfer import memcpy, memfill
 
 _new = object.__new__
@@ -58,7 +58,7 @@ class Queue(QueueCore):
     def record(self) -> Event:
         """An event that completes when everything enqueued so far has (``olCreateEvent``); it
         has its own timestamp on a profiling queue."""
-        marker = super().record()
+        marker = self.record_marker()
         return self._event(marker.seq, marker)
 
     def wait_events(self, *events: Event) -> None:
@@ -70,20 +70,20 @@ class Queue(QueueCore):
             for ev in events:
                 if not isinstance(ev, Event):
                     raise TypeError(f"wait_events takes pyoffload.Event objects, got {got(ev)}")
-                q = ev.queue
-                if q is self or ev.seq <= q._done:
+                source = ev.queue
+                if source is self or ev.seq <= source._done:
                     continue  # in order already, or complete
-                if q.device._backend is self.device._backend and q.device.platform is self.device.platform:
-                    marker = q.marker_for(ev.seq)
+                if source.device._backend is self.device._backend and source.device.platform is self.device.platform:
+                    marker = source.marker_for(ev.seq)
                     if marker is not None:
-                        native.append((q, marker))
+                        native.append((source, marker))
                 else:
-                    foreign.append(lambda q=q, seq=ev.seq: q.wait_done(seq))
+                    foreign.append(waiter(source, ev.seq))
             if native or foreign:
                 self.wait_on(native, foreign)
         finally:
-            for q, marker in native:
-                q.unpin(marker)
+            for held, marker in native:
+                held.unpin(marker)
 
     # -- synchronisation ----------------------------------------------------------------------
 

@@ -153,7 +153,7 @@ class QueueCore:
         self._markers.append(marker)
         return marker
 
-    def record(self) -> Marker:
+    def record_marker(self) -> Marker:
         """A marker after everything enqueued so far, owned by the caller (``Queue.record``)."""
         with self._lock:
             if not self._live:
@@ -246,7 +246,7 @@ class QueueCore:
                 ordered = bool(self._disp.queue_wait_events_impl(self._dh, self.handle, native))
             waits = list(foreign)
             if not ordered:
-                waits += [lambda q=q, m=m: q.wait_for(m.seq) for q, m in events]
+                waits += [waiter(q, m.seq) for q, m in events]
             if waits:
                 self._start_backlog_locked()
                 assert self._backlog is not None
@@ -530,6 +530,10 @@ class QueueCore:
 
     def __repr__(self) -> str:
         return f"<{self._name}{'' if self._live else ' destroyed'}>"
+
+
+def waiter(queue: QueueCore, seq: int) -> Callable[[], None]:
+    return lambda: queue.wait_done(seq)
 
 
 EXIT_WAIT_SECONDS = 10.0

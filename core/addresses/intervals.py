@@ -157,7 +157,7 @@ class RangeMap(Generic[V]):
         if self._to_add or self._to_remove:
             self._sync()
         start = self._floor(base)
-        found = []
+        found: list[tuple[int, int, V]] = []
         pos = bisect_left(self._maxes, start) if start is not None else 0
         for k in range(pos, len(self._lists)):
             sub = self._lists[k]

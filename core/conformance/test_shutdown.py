@@ -49,7 +49,7 @@ def test_shutdown_with_live_objects(device, images):
     proc = _run(device, "shutdown")
     assert proc.returncode == 0, proc.stderr
     assert "SHUTDOWN-OK" in proc.stdout and "REINIT-OK" in proc.stdout
-    assert "AFTER INVALID_QUEUE" in proc.stdout
+    assert "AFTER UNINITIALIZED" in proc.stdout
     assert "Warning" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
 

@@ -230,18 +230,31 @@ _SCALAR_CTYPES = {
 def kernel_packer_impl(device: Any, kernel: HostKernel, kinds: tuple[str, ...]) -> Callable[[tuple[Any, ...]], Any]:
     if "f16" in kinds:
         raise UnsupportedError("host backend: C has no portable half-precision parameter type")
-    converters: list[Callable[[Any], Any]] = []
-    for kind in kinds:
-        if kind == "ptr":
-            converters.append(ctypes.c_void_p)
-        elif kind == "local":
-            converters.append(lambda local: (ctypes.c_char * local.size)())  # fresh per launch
-        else:
-            ctype = _SCALAR_CTYPES[kind]
-            converters.append(lambda value, ctype=ctype: ctype(value.item()))
     if all(kind == "ptr" for kind in kinds):
-        return lambda values: tuple(map(ctypes.c_void_p, values))
-    return lambda values: tuple(convert(v) for convert, v in zip(converters, values))
+        return _pointers
+    converters = tuple(_converter(kind) for kind in kinds)
+
+    def pack(values: tuple[Any, ...]) -> tuple[Any, ...]:
+        return tuple(convert(v) for convert, v in zip(converters, values))
+
+    return pack
+
+
+def _pointers(values: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(map(ctypes.c_void_p, values))
+
+
+def _local(local: Any) -> Any:
+    return (ctypes.c_char * local.size)()  # fresh per launch: work-group scratch
+
+
+def _converter(kind: str) -> Callable[[Any], Any]:
+    if kind == "ptr":
+        return ctypes.c_void_p
+    if kind == "local":
+        return _local
+    ctype = _SCALAR_CTYPES[kind]
+    return lambda value: ctype(value.item())
 
 
 @hookimpl

@@ -256,12 +256,17 @@ def _counts() -> dict[str, collections.Counter[str]]:
     return _COUNTS
 
 
+# When an event is released depends on when completion is observed (worker threads): only the
+# first release comes at a fixed point of the workload.
+TIMING_DEPENDENT = {"event_release_impl"}
+
+
 def _cases() -> list[tuple[str, str, int]]:
     cases = []
     for backend, counts in sorted(_counts().items()):
         for hook, n in sorted(counts.items()):
             cases.append((backend, hook, 1))
-            if n > 1:
+            if n > 1 and hook not in TIMING_DEPENDENT:
                 cases.append((backend, hook, n))
     return cases
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, precondition, rule
 
 import pyoffload
-from pyoffload import AllocKind, InvalidArgumentError
+from pyoffload import AllocKind, InvalidArgumentError, NotFoundError
 
 from conftest import check_registry
 
@@ -60,7 +60,8 @@ class RegistryMachine(RuleBasedStateMachine):
         a = self.freed[i % len(self.freed)]
         if by_ptr and a.ptr in self.model:
             return  # the address was reused by a live allocation: not a double free any more
-        with pytest.raises(InvalidArgumentError):
+        # a freed pointer is unknown (NOT_FOUND); a freed Allocation is a double free
+        with pytest.raises(NotFoundError if by_ptr else InvalidArgumentError):
             pyoffload.free(a.ptr if by_ptr else a)
 
     @rule(a=allocs, frac=st.floats(0, 1, exclude_max=True))
@@ -79,7 +80,7 @@ class RegistryMachine(RuleBasedStateMachine):
         end = a.ptr + a.size
         hit = self.rt.registry.find(end)
         if hit is None:
-            with pytest.raises(InvalidArgumentError):
+            with pytest.raises(NotFoundError):
                 pyoffload.mem_info(end)
         else:
             assert hit[0] == end and end in self.model
@@ -108,8 +109,7 @@ class PinnedMachine(RuleBasedStateMachine):
         self.dev = pyoffload.host_device()
         self.buf = np.zeros(1024, np.uint8)
         self.addr = self.buf.ctypes.data
-        self.model: list[list[int]] = []  # [lo, hi, users], in bytes relative to buf
-        self.held: list[tuple[int, int]] = []
+        self.model: list[list] = []  # [lo, hi, [(lo, hi) of each lock held]], in bytes relative to buf
         EXAMPLES_RUN["pinned"] += 1
 
     def _find(self, lo, hi):
@@ -129,11 +129,16 @@ class PinnedMachine(RuleBasedStateMachine):
             return
         ptr = self.dev.lock(self.buf[lo:hi])
         if r is None:
-            r = [lo, hi, 0]
+            r = [lo, hi, []]
             self.model.append(r)
-        r[2] += 1
+        r[2].append((lo, hi))
         assert ptr == self.addr + lo  # host device: the device pointer is the host pointer
-        self.held.append((lo, hi))
+
+    def _unlock(self, lo, hi, r):
+        self.dev.unlock(self.buf[lo:hi])
+        r[2].remove((lo, hi))
+        if not r[2]:
+            self.model.remove(r)
 
     @rule(start=st.integers(0, 63), length=st.integers(1, 16))
     def unlock(self, start, length):
@@ -143,22 +148,19 @@ class PinnedMachine(RuleBasedStateMachine):
             with pytest.raises(InvalidArgumentError, match="not locked"):
                 self.dev.unlock(self.buf[lo:hi])
             return
-        self.dev.unlock(self.buf[lo:hi])
-        r[2] -= 1
-        if r[2] == 0:
-            self.model.remove(r)
+        if (lo, hi) not in r[2]:
+            # a sub-range that was never locked itself must not release its enclosing lock
+            with pytest.raises(InvalidArgumentError, match="not locked itself"):
+                self.dev.unlock(self.buf[lo:hi])
+            return
+        self._unlock(lo, hi, r)
 
-    @precondition(lambda self: self.held)
+    @precondition(lambda self: self.model)
     @rule(i=st.integers(0, 1000))
     def unlock_held(self, i):
-        lo, hi = self.held.pop(i % len(self.held))
-        r = self._find(lo, hi)
-        if r is None:
-            return  # released through another sub-range's unlock already
-        self.dev.unlock(self.buf[lo:hi])
-        r[2] -= 1
-        if r[2] == 0:
-            self.model.remove(r)
+        held = [(lo, hi, r) for r in self.model for lo, hi in r[2]]
+        lo, hi, r = held[i % len(held)]
+        self._unlock(lo, hi, r)
 
     @rule(off=st.integers(0, 1023))
     def is_pinned(self, off):
@@ -168,19 +170,15 @@ class PinnedMachine(RuleBasedStateMachine):
     @invariant()
     def map_matches_model(self):
         pins = self.dev.pins
-        entries = sorted((b - self.addr, e - self.addr, en.users) for b, e, en in pins.by_host) if pins else []
-        assert entries == sorted(tuple(r) for r in self.model)
-        if pins is not None:
-            assert len(pins.by_dev) == len(pins.by_host)
-            for _, _, en in pins.by_host:
-                assert len(en.holds) == en.users, "one held buffer per user"
+        entries = sorted((b - self.addr, e - self.addr, en.users) for b, e, en in pins.by_host)
+        assert entries == sorted((r[0], r[1], len(r[2])) for r in self.model)
+        assert len(pins.by_dev) == len(pins.by_host)
 
     def teardown(self):
         for r in list(self.model):
-            for _ in range(r[2]):
-                self.dev.unlock(self.buf[r[0]:r[1]])
-        pins = self.dev.pins
-        assert pins is None or len(pins.by_host) == 0
+            for lo, hi in list(r[2]):
+                self._unlock(lo, hi, r)
+        assert len(self.dev.pins.by_host) == 0
 
 
 _settings = settings(max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None,
