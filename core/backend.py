@@ -167,6 +167,8 @@ INFO_KEYS: dict[str, str] = {
     "clock_mhz": "the peak clock",
     "sub_group_size": "warp / wavefront / SIMD width",
     "address_bits": "bits of a device pointer",
+    "memory_kinds": "the allocation kinds the device supports, a tuple of AllocKind names "
+                    "(absent: all three); the generic layer refuses others with UNSUPPORTED",
 }
 """The device information keys with the same meaning on every backend (``Device.info``).  A
 backend's ``device_info_impl`` returns those it knows (absent keys read as ``None``) and may add

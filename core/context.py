@@ -159,8 +159,8 @@ class GenericContext:
         answer = self._connections.get(key)
         if answer is not None:
             return answer
-        if self.platform is not other.platform:
-            # Only host memory on both sides is shared across platforms and backends.
+        if self._backend is not other._backend:
+            # Only host memory on both sides is shared across backends.
             answer = MemoryConnection.UNIFIED if host_a and host_b else MemoryConnection.NONE
         else:
             reported = self._disp.memory_connection_impl(

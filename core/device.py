@@ -15,7 +15,7 @@ from typing import Any
 
 from .addresses.pinned import PinnedMap
 from .backend import INFO_KEYS, DeviceDesc, PlatformDesc
-from .enums import DeviceType
+from .enums import AllocKind, DeviceType
 from .hooks.discovery import Backend
 from .runtime import Runtime, warn_teardown
 
@@ -51,7 +51,7 @@ class Platform:
 class Limits:
     """What the generic layer checks before a backend sees a launch or an allocation."""
 
-    __slots__ = ("block_threads", "block", "grid", "local_memory", "max_alloc")
+    __slots__ = ("block_threads", "block", "grid", "local_memory", "max_alloc", "kinds")
 
     def __init__(self, info: dict[str, Any]) -> None:
         def dims(key: str) -> tuple[int, int, int]:
@@ -66,6 +66,9 @@ class Limits:
         self.grid = dims("max_grid_size")
         self.local_memory: int = int(info.get("local_memory_bytes") or UNLIMITED)
         self.max_alloc: int = int(info.get("max_alloc_bytes") or UNLIMITED)
+        kinds = info.get("memory_kinds")
+        self.kinds: frozenset[AllocKind] = (frozenset(AllocKind) if kinds is None
+                                             else frozenset(AllocKind[str(k).upper()] for k in kinds))
 
 
 class GenericDevice:

@@ -185,7 +185,7 @@ def _global_address(queue: QueueCore, i: int, g: GlobalVariable) -> int:
 
 def _check_reachable(queue: QueueCore, i: int, alloc: Allocation) -> None:
     ctx = alloc.context
-    if ctx.platform is queue.context.platform:
+    if ctx._backend is queue.device._backend:
         if ctx.connection(alloc.device, queue.context, queue.device) is MemoryConnection.UNIFIED:
             return
     raise InvalidArgumentError(f"launch argument {i}: {alloc!r} is not usable by kernels on {queue.device.id}")

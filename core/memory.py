@@ -242,12 +242,16 @@ def allocate(ctx: GenericContext, device: GenericDevice | None, size: Any, kind:
         ctx.check_alive()
     if kind is AllocKind.HOST:
         device = None
+        if kind not in (ctx.devices[0]._limits or ctx.devices[0].limits).kinds:
+            raise UnsupportedError(f"{ctx.devices[0].id} does not support HOST memory (info 'memory_kinds')")
     else:
         if device is None:
             device = ctx.devices[0]
         elif device not in ctx.devices:
             ctx.check_device(device, "alloc")
         limits = device._limits or device.limits
+        if kind not in limits.kinds:
+            raise UnsupportedError(f"{device.id} does not support {kind.name} memory (info 'memory_kinds')")
         if size > limits.max_alloc:
             raise OutOfResourcesError(
                 f"alloc of {size} bytes exceeds the largest allocation of {device.id} ({limits.max_alloc} bytes)")

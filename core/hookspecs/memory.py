@@ -179,7 +179,8 @@ def data_advise_impl(device: Any, ptr: int, size: int, advice: MemAdvice) -> Non
 @hookspec(firstresult=True)
 def memory_connection_impl(context_a: Any, device_a: Any, context_b: Any, device_b: Any) -> MemoryConnection | None:
     """*Optional.* How memory of ``(context_a, device_a)`` reaches ``(context_b, device_b)``, both
-    of this backend (``device_*`` is ``None`` for the HOST memory of that context).
+    of this backend, possibly of two platforms (``device_*`` is ``None`` for the HOST memory of
+    that context).
 
     Return UNIFIED if a pointer of one side is usable on the other (kernels and copies),
     MIGRATABLE if ``data_exchange_impl`` can copy directly, NONE if copies must be staged through
