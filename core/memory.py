@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import operator
 import threading
-import weakref
 from typing import Any, NamedTuple
 
 import numpy as np
 
+from ._buffer import BufferBase
 from .context import GenericContext
 from .device import GenericDevice
 from .enums import AllocKind
@@ -42,7 +42,7 @@ from .tracking import origin
 MAX_SIZE = 1 << 64
 _COLLISION_RETRIES = 8
 _claim = threading.Lock()  # makes "is it live? then it is mine to free" one step
-_new = object.__new__
+_new = BufferBase.__new__
 
 
 def check_size(size: Any, what: str = "size", allow_zero: bool = False) -> int:
@@ -68,31 +68,31 @@ def check_kind(kind: Any) -> AllocKind:
     return kind  # type: ignore[no-any-return]
 
 
-class _HostView:
-    """The owner of numpy views of an allocation: ``free`` refuses while one is alive."""
+class _HostView(BufferBase):
+    """What a ``view()`` array is made from: the viewed bytes, an export of the allocation (so
+    ``free`` refuses while the array is alive) and the caller's ``owner``, kept alive with it."""
 
-    __slots__ = ("__array_interface__", "allocation", "owner", "__weakref__")
+    __slots__ = ("export", "owner")
 
-    def __init__(self, allocation: Allocation, interface: dict[str, Any], owner: Any) -> None:
-        self.__array_interface__ = interface
-        self.allocation = allocation  # the view keeps the Allocation object reachable
-        self.owner = owner  # and whatever else the caller wants kept alive
+    export: memoryview
+    owner: Any
 
 
-class Allocation:
+class Allocation(BufferBase):
     """A block of memory: from ``Context.alloc`` / ``Device.alloc`` / ``Queue.alloc_async``, or an
     external range (a program's global, memory imported with ``from_dlpack`` or ``from_native``).
 
     ``ptr`` is the address (device-accessible; host-accessible too for HOST and MANAGED memory and
-    on the host backend); ``size`` the bytes requested.  Host-accessible allocations convert to
-    numpy arrays (``numpy.asarray(a)``, ``a.view(dtype, shape)``) and memoryviews.  Freeing an
-    allocation while a view made by ``view()`` is alive is refused: a dangling view would be worse.
+    on the host backend); ``size`` the bytes requested.  Host-accessible allocations export their
+    bytes through the buffer protocol on every supported Python (``memoryview(a)``,
+    ``numpy.frombuffer(a)``, ``numpy.asarray(a)``), ``__array_interface__``, DLPack and typed views
+    (``a.view(dtype, shape)``).  Freeing an allocation while an export (a memoryview, an array, a
+    DLPack consumer) still points into it is refused: a dangling view would be worse.
     """
 
-    __slots__ = ("ptr", "size", "kind", "device", "context", "origin", "owned", "owner",
-                 "_live", "_block", "_pool", "_users", "_views", "__weakref__")
+    __slots__ = ("size", "kind", "device", "context", "origin", "owned", "owner",
+                 "_live", "_block", "_pool", "_users", "_dl_exports", "__weakref__")
 
-    ptr: int
     size: int
     kind: AllocKind
     device: GenericDevice | None
@@ -104,7 +104,7 @@ class Allocation:
     _block: Block | None
     _pool: CachingAllocator | None
     _users: dict[QueueCore, int] | None
-    _views: list[weakref.ref[_HostView]] | None
+    _dl_exports: int  # DLPack exports of memory the buffer protocol does not count (device memory)
 
     _teardown_rank = 2
 
@@ -130,10 +130,11 @@ class Allocation:
 
     def view(self, dtype: Any = np.uint8, shape: Any = None, offset: int = 0, owner: Any = None) -> np.ndarray:
         """A numpy array over exactly ``shape`` items of ``dtype`` starting ``offset`` bytes in
-        (``shape`` ``None``: as many whole items as fit).  Host-accessible memory only.
+        (``shape`` ``None``: as many whole items as fit; an int or a tuple).  Host-accessible
+        memory only.
 
-        The array keeps this Allocation object and ``owner`` (e.g. a framework's own array object)
-        reachable; ``free`` refuses while it is alive.
+        The array keeps this Allocation and ``owner`` (e.g. a framework's own array object)
+        alive; ``free`` refuses while it is alive.
         """
         self._check_host("view")
         dt = np.dtype(dtype)
@@ -143,29 +144,26 @@ class Allocation:
         if offset > self.size:
             raise InvalidSizeError(f"view offset {offset} is past the end of {self!r}")
         if shape is None:
-            count = (self.size - offset) // dt.itemsize if dt.itemsize else 0
-            dims: tuple[int, ...] = (count,)
+            dims: tuple[int, ...] = ((self.size - offset) // dt.itemsize if dt.itemsize else 0,)
+        elif isinstance(shape, tuple):
+            dims = tuple(check_size(d, "view shape", allow_zero=True) for d in shape)
         else:
-            dims = (check_size(shape, "view shape", True),) if not isinstance(shape, tuple) else tuple(
-                check_size(d, "view shape", True) for d in shape)
-        nbytes = int(np.prod(dims, dtype=object)) * dt.itemsize
+            dims = (check_size(shape, "view shape", allow_zero=True),)
+        count = 1
+        for d in dims:
+            count *= d
+        nbytes = count * dt.itemsize
         if offset + nbytes > self.size:
-            raise InvalidSizeError(
-                f"view of {dims} {dt} ({nbytes} bytes) at offset {offset} overruns {self!r}")
-        interface = {"shape": dims, "typestr": dt.str, "descr": dt.descr, "data": (self.ptr + offset, False),
-                     "version": 3}
-        holder = _HostView(self, interface, owner)
-        with _claim:
-            views = self._views
-            if views is None:
-                self._views = views = []
-            elif len(views) > 16:
-                views[:] = [r for r in views if r() is not None]
-            views.append(weakref.ref(holder))
-        return np.asarray(holder)
+            raise InvalidSizeError(f"view of {dims} {dt} ({nbytes} bytes) at offset {offset} overruns {self!r}")
+        holder = _new(_HostView)
+        holder.ptr, holder._nbytes, holder._exportable = self.ptr + offset, nbytes, True
+        holder.export, holder.owner = memoryview(self), owner  # type: ignore[arg-type]
+        return np.frombuffer(holder, dtype=dt, count=count).reshape(dims)  # type: ignore[call-overload, no-any-return]
 
-    def _live_views(self) -> int:
-        return sum(1 for r in self._views or () if r() is not None)
+    @property
+    def exports(self) -> int:
+        """Live exports of this memory: memoryviews, numpy arrays, views, DLPack consumers."""
+        return self._exports + self._dl_exports
 
     @property
     def __array_interface__(self) -> dict[str, Any]:
@@ -175,15 +173,13 @@ class Allocation:
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         """numpy 2's protocol: ``copy=True`` always copies, ``copy=False`` never does (a dtype
         change is then a ``ValueError``), ``None`` copies only for a dtype change."""
-        arr = self.view()
+        self._check_host("__array__")
+        arr = np.frombuffer(self, dtype=np.uint8)  # type: ignore[call-overload]
         if dtype is not None and np.dtype(dtype) != arr.dtype:
             if copy is False:
                 raise ValueError(f"converting {self!r} to {np.dtype(dtype)} needs a copy, and copy=False")
-            return arr.astype(dtype)
-        return arr.copy() if copy else arr
-
-    def __buffer__(self, flags: int) -> memoryview:
-        return memoryview(self.view())  # type: ignore[arg-type]  # ndarray exports the buffer protocol
+            return arr.astype(dtype)  # type: ignore[no-any-return]
+        return arr.copy() if copy else arr  # type: ignore[no-any-return]
 
     # -- teardown -----------------------------------------------------------------------------
 
@@ -191,9 +187,9 @@ class Allocation:
         """Context close or shutdown: free (leak instead if host views are alive)."""
         if not self._live:
             return
-        if self._views and self._live_views():
+        if self._exports or self._dl_exports:
             if not at_exit:
-                warn_teardown(f"freeing {self!r}", RuntimeError("host views are still alive: leaked rather than left dangling"))
+                warn_teardown(f"freeing {self!r}", RuntimeError("its memory is still exported: leaked rather than left dangling"))
             return
         if not self.owned:
             unregister(self.context._rt, self)
@@ -262,7 +258,8 @@ def allocate(ctx: GenericContext, device: GenericDevice | None, size: Any, kind:
     alloc.ptr, alloc.size, alloc.kind, alloc.device, alloc.context = block.ptr, size, kind, device, ctx
     alloc.origin = origin() if rt.tracker.on else None
     alloc.owned, alloc.owner, alloc._live = True, None, True
-    alloc._block, alloc._pool, alloc._users, alloc._views = block, pool, None, None
+    alloc._block, alloc._pool, alloc._users, alloc._dl_exports = block, pool, None, 0
+    alloc._nbytes, alloc._exportable = size, kind is not AllocKind.DEVICE or device.host_memory  # type: ignore[union-attr]
     # A backend never hands out overlapping live blocks itself: ranges are checked for overlap only
     # while another backend has live memory too (where address spaces can coincide).
     space = ctx._backend.name
@@ -304,7 +301,8 @@ def register_external(rt: Runtime, ptr: int, size: int, kind: AllocKind, device:
     alloc = _new(Allocation)
     alloc.ptr, alloc.size, alloc.kind, alloc.device, alloc.context = ptr, size, kind, device, ctx
     alloc.origin, alloc.owned, alloc.owner, alloc._live = None, False, owner, True
-    alloc._block, alloc._pool, alloc._users, alloc._views = None, None, None, None
+    alloc._block, alloc._pool, alloc._users, alloc._dl_exports = None, None, None, 0
+    alloc._nbytes, alloc._exportable = size, kind is not AllocKind.DEVICE or (device is not None and device.host_memory)
     clash = rt.registry.insert(ptr, ptr + size, alloc, True)
     if clash:
         raise InvalidArgumentError(
@@ -314,6 +312,7 @@ def register_external(rt: Runtime, ptr: int, size: int, kind: AllocKind, device:
 
 def unregister(rt: Runtime, alloc: Allocation) -> None:
     alloc._live = False
+    alloc._exportable = False
     try:
         rt.registry.remove(alloc.ptr)
     except KeyError:
@@ -403,17 +402,20 @@ def claim(target: Any, what: str, kind: AllocKind | None = None) -> Allocation:
     if kind is not None and alloc.kind is not kind:
         where = f" (allocated at {alloc.origin})" if alloc.origin else ""
         raise InvalidArgumentError(f"{what}: {alloc!r} is {alloc.kind.name} memory, not {kind.name}{where}")
-    views = alloc._live_views() if alloc._views else 0
-    if views:
-        raise InvalidArgumentError(f"{what}: {alloc!r} still has {views} live host view(s); delete them first")
+    if alloc._exports or alloc._dl_exports:
+        raise InvalidArgumentError(
+            f"{what}: {alloc!r} is still exported {alloc.exports} time(s) (memoryviews, arrays, views, DLPack); "
+            "release them first")
     with _claim:
         if not alloc._live:
             raise InvalidArgumentError(f"{what}: double free of {alloc!r}{rt.tracker.history(alloc.ptr)}")
         alloc._live = False
+        alloc._exportable = False
     return alloc
 
 
 def unclaim(alloc: Allocation) -> None:
+    alloc._exportable = alloc.host_accessible
     alloc._live = True
 
 
@@ -425,7 +427,7 @@ def free(target: Allocation | int, kind: AllocKind | None = None) -> None:
     that later work on the host function's own queue uses, the free is deferred until that work is
     done.  ``kind``, if given, must match the allocation's kind.
     """
-    if type(target) is Allocation and kind is None and target.owned and not target._views:
+    if type(target) is Allocation and kind is None and target.owned and not target._exports and not target._dl_exports:
         alloc = target  # the common case, written out: it is counted in frames
         rt = alloc.context._rt
         if rt.state is not LIVE and rt.state is not CLOSING:  # teardown frees through here too
@@ -434,6 +436,7 @@ def free(target: Allocation | int, kind: AllocKind | None = None) -> None:
             if not alloc._live:
                 raise InvalidArgumentError(f"free: double free of {alloc!r}{rt.tracker.history(alloc.ptr)}")
             alloc._live = False
+            alloc._exportable = False
     else:
         alloc = claim(target, "free", kind)
     users = alloc._users

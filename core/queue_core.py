@@ -32,7 +32,6 @@ from __future__ import annotations
 import collections
 import threading
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -538,8 +537,3 @@ def waiter(queue: QueueCore, seq: int) -> Callable[[], None]:
 
 EXIT_WAIT_SECONDS = 10.0
 """How long interpreter exit waits for a queue's outstanding work before leaking it."""
-
-
-def owned_marker_finalizer(owner: object, queue: QueueCore, marker: Marker) -> None:
-    """Release ``marker`` when ``owner`` (an Event) is collected."""
-    weakref.finalize(owner, queue.release_marker, marker)

@@ -128,7 +128,7 @@ def _with_view(e: Env) -> tuple[Callable[[], Any], str]:
         h.free()
 
     e.extra.append(cleanup)
-    return (lambda: pyoffload.free(h)), "live host view"
+    return (lambda: pyoffload.free(h)), "still exported"
 
 
 ROWS: list[Row] = [
