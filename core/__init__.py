@@ -48,6 +48,8 @@ if TYPE_CHECKING:
     from .queue import Event, PreparedLaunch, Queue
     from .runtime import on_shutdown, shutdown
     from .context import memory_connection
+    from .interop import from_dlpack, from_native
+    from .memory import TypedView
     from .transfer import advise, memcpy, memfill, prefetch
 
 __version__ = "0.1.0"
@@ -65,6 +67,7 @@ _LAZY = {
     "on_shutdown": "runtime", "shutdown": "runtime",
     "advise": "transfer", "memcpy": "transfer", "memfill": "transfer", "prefetch": "transfer",
     "memory_connection": "context",
+    "TypedView": "memory", "from_dlpack": "interop", "from_native": "interop",
 }
 
 
@@ -87,6 +90,6 @@ __all__ = [
     "InvalidSizeError", "InvalidValueError", "Kernel", "LeakWarning", "LocalMemory", "MemAdvice", "MemInfo",
     "MemoryConnection", "MemoryPool", "NoDevicesError", "NotFoundError", "OffloadError", "OutOfResourcesError",
     "Platform", "PluginReport", "PoolStats", "PreparedLaunch", "Program", "Queue", "SymbolKind",
-    "TeardownWarning", "UnsupportedError", "advise", "devices", "free", "host_device", "is_pinned", "mem_info",
+    "TeardownWarning", "TypedView", "UnsupportedError", "advise", "from_dlpack", "from_native", "devices", "free", "host_device", "is_pinned", "mem_info",
     "memcpy", "memfill", "memory_connection", "on_shutdown", "platforms", "plugins", "prefetch", "shutdown",
 ]

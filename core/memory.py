@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from . import dlpack
 from ._buffer import BufferBase
 from .context import GenericContext
 from .device import GenericDevice
@@ -120,6 +121,24 @@ class Allocation(BufferBase):
         """Free the allocation (``pyoffload.free(self)``)."""
         free(self)
 
+    def release(self) -> None:
+        """Let go of an external allocation (``from_dlpack``, ``from_native``) and its producer,
+        once queued work that uses it has completed.  pyoffload's own memory is freed, not
+        released."""
+        if self.owned:
+            raise InvalidArgumentError(f"release: {self!r} is pyoffload's own memory: use free")
+        if not self._live:
+            raise InvalidArgumentError(f"release: {self!r} was released already")
+        if self._exports or self._dl_exports:
+            raise InvalidArgumentError(f"release: {self!r} is still exported {self.exports} time(s)")
+        for queue, seq in list((self._users or {}).items()):
+            if queue._live:
+                queue.wait_done(seq)
+        unregister(self.context._rt, self)
+        owner, self.owner = self.owner, None
+        if isinstance(owner, dlpack.Imported):
+            owner.release()
+
     # -- host views ---------------------------------------------------------------------------
 
     def _check_host(self, what: str) -> None:
@@ -181,6 +200,25 @@ class Allocation(BufferBase):
             return arr.astype(dtype)  # type: ignore[no-any-return]
         return arr.copy() if copy else arr  # type: ignore[no-any-return]
 
+    # -- for other libraries -----------------------------------------------------------------
+
+    def typed(self, dtype: Any = np.uint8, shape: Any = None, offset: int = 0, owner: Any = None) -> TypedView:
+        """A typed view of any kind of memory for other libraries: DLPack (``torch.from_dlpack``,
+        ``numpy.from_dlpack``), the array interface and the CUDA array interface."""
+        return TypedView(self, dtype, shape, offset, owner)
+
+    def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
+                   dl_device: Any = None, copy: bool | None = None) -> Any:
+        return TypedView(self, np.uint8).__dlpack__(stream=stream, max_version=max_version, dl_device=dl_device,
+                                                    copy=copy)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return dlpack_device(self)
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        return TypedView(self, np.uint8).__cuda_array_interface__
+
     # -- teardown -----------------------------------------------------------------------------
 
     def _teardown(self, at_exit: bool) -> None:
@@ -193,6 +231,9 @@ class Allocation(BufferBase):
             return
         if not self.owned:
             unregister(self.context._rt, self)
+            owner, self.owner = self.owner, None
+            if isinstance(owner, dlpack.Imported):
+                owner.release()
             return
         try:
             free(self)
@@ -204,6 +245,114 @@ class Allocation(BufferBase):
         state = "" if self._live else " freed"
         extern = "" if self.owned else " external"
         return f"<pyoffload.Allocation {self.kind.name} 0x{self.ptr:x} size={self.size} on {where}{extern}{state}>"
+
+
+def dlpack_device(alloc: Allocation) -> tuple[int, int]:
+    """``(DLDeviceType, device id)`` of an allocation's memory: from the device's info key
+    ``dlpack_device_types`` (AllocKind name -> type), else ``kDLCPU`` for host-accessible memory
+    and ``kDLExtDev`` for device memory."""
+    device = alloc.device if alloc.device is not None else alloc.context.devices[0]
+    dl_type = (device.info.get("dlpack_device_types") or {}).get(alloc.kind.name)
+    if dl_type is None:
+        dl_type = dlpack.K_DL_CPU if alloc.host_accessible else dlpack.K_DL_EXT_DEV
+    return int(dl_type), device.index if dl_type != dlpack.K_DL_CPU else 0
+
+
+_CUDA_TYPES = (dlpack.K_DL_CUDA, dlpack.K_DL_CUDA_HOST, dlpack.K_DL_CUDA_MANAGED)
+
+
+class TypedView:
+    """``shape`` items of ``dtype`` at ``offset`` bytes into an allocation (``Allocation.typed``),
+    for other libraries: DLPack, the array interface (host-accessible memory) and the CUDA array
+    interface v3 (CUDA memory).  While a DLPack consumer holds it, ``free`` refuses."""
+
+    __slots__ = ("allocation", "dtype", "shape", "offset", "owner")
+
+    def __init__(self, allocation: Allocation, dtype: Any, shape: Any = None, offset: int = 0, owner: Any = None) -> None:
+        if not allocation._live:
+            raise InvalidArgumentError(f"typed: {allocation!r} was freed")
+        dt = np.dtype(dtype)
+        if dt.hasobject:
+            raise InvalidArgumentError(f"typed: dtype {dt} holds Python objects")
+        offset = check_size(offset, "typed offset", allow_zero=True)
+        if shape is None:
+            dims: tuple[int, ...] = (max(allocation.size - offset, 0) // dt.itemsize,)
+        elif isinstance(shape, tuple):
+            dims = tuple(check_size(d, "typed shape", allow_zero=True) for d in shape)
+        else:
+            dims = (check_size(shape, "typed shape", allow_zero=True),)
+        count = 1
+        for d in dims:
+            count *= d
+        if offset + count * dt.itemsize > allocation.size:
+            raise InvalidSizeError(
+                f"typed view of {dims} {dt} ({count * dt.itemsize} bytes) at offset {offset} overruns {allocation!r}")
+        self.allocation, self.dtype, self.shape, self.offset, self.owner = allocation, dt, dims, offset, owner
+
+    def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
+                   dl_device: Any = None, copy: bool | None = None) -> Any:
+        a = self.allocation
+        if not a._live:
+            raise BufferError(f"{a!r} was freed")
+        here = dlpack_device(a)
+        if dl_device is not None and tuple(dl_device) != here or copy:
+            if copy is False:
+                raise BufferError(f"the memory is on DLPack device {here}, not {tuple(dl_device)}, and copy=False")
+            if dl_device is not None and tuple(dl_device)[0] != dlpack.K_DL_CPU:
+                raise BufferError(f"pyoffload copies DLPack exports only to the CPU, not to {tuple(dl_device)}")
+            return self._host_copy().__dlpack__(stream=None, max_version=max_version)
+        if stream != -1:  # the consumer wants queued work on the memory to be done
+            for queue, seq in list((a._users or {}).items()):
+                if queue._live:
+                    queue.wait_done(seq)
+        keep = memoryview(a) if a._exportable else None  # the buffer protocol counts this export
+        if keep is None:
+            a._dl_exports += 1
+
+        def on_release() -> None:
+            if keep is not None:
+                keep.release()
+            else:
+                a._dl_exports -= 1
+
+        versioned = max_version is not None and tuple(max_version) >= dlpack.VERSION
+        return dlpack.make_capsule(a.ptr + self.offset, here, self.dtype, self.shape, bool(a._readonly), versioned,
+                                   on_release)
+
+    def _host_copy(self) -> np.ndarray:
+        a = self.allocation
+        if not a._exportable:
+            raise BufferError(f"{a!r} is device memory: copy it to the host with pyoffload.memcpy first")
+        count = 1
+        for d in self.shape:
+            count *= d
+        data = np.frombuffer(a, dtype=self.dtype, count=count, offset=self.offset)  # type: ignore[call-overload]
+        return data.reshape(self.shape).copy()  # type: ignore[no-any-return]
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return dlpack_device(self.allocation)
+
+    @property
+    def __array_interface__(self) -> dict[str, Any]:
+        a = self.allocation
+        a._check_host("__array_interface__")
+        return {"shape": self.shape, "typestr": self.dtype.str, "descr": self.dtype.descr,
+                "data": (a.ptr + self.offset, bool(a._readonly)), "version": 3}
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        a = self.allocation
+        if dlpack_device(a)[0] not in _CUDA_TYPES:
+            raise AttributeError("__cuda_array_interface__: not CUDA memory")
+        users = a._users or {}
+        pending = [(seq, q) for q, seq in users.items() if q._live and seq > q._done]
+        stream = max(pending, key=lambda p: p[0])[1].native if pending else None
+        return {"shape": self.shape, "typestr": self.dtype.str, "descr": self.dtype.descr,
+                "data": (a.ptr + self.offset, bool(a._readonly)), "version": 3, "strides": None,
+                "stream": stream if isinstance(stream, int) else None}
+
+    def __repr__(self) -> str:
+        return f"<pyoffload.TypedView {self.shape} {self.dtype} at +{self.offset} of {self.allocation!r}>"
 
 
 class MemInfo(NamedTuple):

@@ -94,6 +94,8 @@ def resolve(obj: Any, role: str, writable: bool) -> End:
         end.hv = hv = host_view(obj, role, writable)
         end.addr, end.avail, end.host_ok = hv.address, hv.nbytes, True
         return end
+    if writable and alloc._readonly:
+        raise InvalidArgumentError(f"{role}: {alloc!r} is read-only memory (its producer exported it read-only)")
     end.alloc = alloc
     end.addr = alloc.ptr + offset
     end.avail = alloc.size - offset
