@@ -8,11 +8,12 @@ platform and device objects, host device last.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from . import runtime as _runtime
 from .backend import PlatformDesc
+from .build import build
 from .context import GenericContext
 from .device import GenericDevice, Platform
 from .enums import AllocKind, DeviceType
@@ -147,6 +148,13 @@ class Device(GenericDevice):
     def load_program(self, image: bytes | bytearray | memoryview, context: Context | None = None) -> Program:
         """Load a device image (the backend's format; ``build_program`` builds one from source)."""
         return Program(context or self.default_context, self, image)
+
+    def build_program(self, source: str, options: Sequence[str] = (), context: Context | None = None,
+                      cache: bool = True) -> Program:
+        """Build ``source`` in the backend's source language (OpenCL C, C on the host backend, ...)
+        and load it.  Built images are cached on disk (``PYOFFLOAD_CACHE_DIR``); a compiler error
+        is a ``CompileError`` whose ``build_log`` holds the compiler's messages."""
+        return Program(context or self.default_context, self, build(self, source, options, cache))
 
     def lock(self, buffer: Any, read_only: bool = False) -> int:
         """Pin a host buffer for this device; return the device-accessible address of its start."""

@@ -79,6 +79,11 @@ class GenericContext:
     def alive(self) -> bool:
         return self._live
 
+    @property
+    def native(self) -> Any:
+        """The vendor's own context object, where the backend has one."""
+        return self._disp.native_handle_impl("context", self.handle)
+
     def check_alive(self) -> None:
         if not self._live:
             if not self._rt.alive:

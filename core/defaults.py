@@ -114,3 +114,23 @@ def event_elapsed_impl(device: Any, start: Any, end: Any) -> float:
 @hookimpl(trylast=True)
 def known_failures_impl(device: Any) -> dict[str, str] | None:
     return None
+
+
+@hookimpl(trylast=True)
+def native_handle_impl(kind: str, handle: Any) -> Any:
+    return handle
+
+
+@hookimpl(trylast=True)
+def queue_from_native_impl(context: Any, device: Any, native: Any, profiling: bool) -> Any:
+    raise UnsupportedError("this backend cannot wrap a queue created elsewhere")
+
+
+@hookimpl(trylast=True)
+def compile_impl(device: Any, source: str, options: tuple[str, ...]) -> bytes:
+    raise UnsupportedError("this backend builds no programs from source; load an image with load_program")
+
+
+@hookimpl(trylast=True)
+def compiler_id_impl(device: Any) -> str | None:
+    return None

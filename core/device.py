@@ -125,6 +125,11 @@ class GenericDevice:
             self._limits = Limits(self.info)
         return self._limits
 
+    @property
+    def native(self) -> Any:
+        """The vendor's own device object (``pycuda.driver.Device``, ``pyopencl.Device`` ...)."""
+        return self._disp.native_handle_impl("device", self.handle)
+
     def _teardown(self, at_exit: bool) -> None:
         """Unpin every range pyoffload pinned for this device (at shutdown)."""
         for entry in self.pins.entries():

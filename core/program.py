@@ -101,6 +101,12 @@ class Program:
     def loaded(self) -> bool:
         return self._state is LOADED
 
+    @property
+    def native(self) -> Any:
+        """The vendor's own program or module object."""
+        self.check_loaded()
+        return self._disp.native_handle_impl("program", self.handle)
+
     def check_loaded(self) -> None:
         if self._state is not LOADED:
             if not self._rt.alive:
@@ -259,6 +265,12 @@ class Kernel:
     @property
     def device(self) -> GenericDevice:
         return self.program.device
+
+    @property
+    def native(self) -> Any:
+        """The vendor's own kernel or function object."""
+        self.program.check_loaded()
+        return self.program._disp.native_handle_impl("kernel", self.handle)
 
     @property
     def signature(self) -> tuple[str, ...] | None:

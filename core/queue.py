@@ -32,10 +32,11 @@ class Queue(QueueCore):
 
     _teardown_rank = 1
 
-    def __init__(self, context: GenericContext, device: GenericDevice, profiling: bool = False) -> None:
+    def __init__(self, context: GenericContext, device: GenericDevice, profiling: bool = False,
+                 native: Any = None) -> None:
         context.check_alive()
         context.check_device(device, "create_queue")
-        super().__init__(device, context, profiling, f"pyoffload.Queue on {device.id}")
+        super().__init__(device, context, profiling, f"pyoffload.Queue on {device.id}", native)
         self._dims: dict[tuple[Any, Any], tuple[tuple[int, int, int], tuple[int, int, int]]] = {}
         try:
             self._rt.track(self._rt.queues, self)
@@ -43,6 +44,23 @@ class Queue(QueueCore):
         except BaseException:
             self._disp.queue_destroy_impl(self._dh, self.handle)
             raise
+
+    @classmethod
+    def from_native(cls, native: Any, device: GenericDevice, context: GenericContext | None = None,
+                    profiling: bool = False) -> Queue:
+        """Wrap a stream or command queue another library created on ``device`` (an int address
+        or the library's object, as the backend accepts); destroying the Queue leaves it alone."""
+        if native is None:
+            raise TypeError("from_native: native must be the other library's queue, got None")
+        return cls(context or device.default_context, device, profiling, native)  # type: ignore[attr-defined]
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        """cuda.core's stream protocol: ``(0, CUstream address)``, on CUDA queues."""
+        types = self.device.info.get("dlpack_device_types") or {}
+        native = self.native
+        if types.get("DEVICE") != 2 or not isinstance(native, int):
+            raise AttributeError(f"__cuda_stream__: {self!r} is not a CUDA stream")
+        return (0, native)
 
     # -- events -------------------------------------------------------------------------------
 

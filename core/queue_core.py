@@ -80,7 +80,7 @@ class QueueCore:
     """A backend queue on one device plus its ledger.  The public ``pyoffload.Queue`` and the
     contexts' internal queues (for the synchronous operations) are both one."""
 
-    def __init__(self, device: Any, context: Any, profiling: bool, name: str) -> None:
+    def __init__(self, device: Any, context: Any, profiling: bool, name: str, native: Any = None) -> None:
         self.device = device
         self.context = context
         self.profiling = bool(profiling)
@@ -101,8 +101,17 @@ class QueueCore:
         self._backlog: collections.deque[tuple[Any, ...]] | None = None
         self._native_host_functions = self._disp.implements("enqueue_host_function_impl")
         self._native_waits = self._disp.implements("queue_wait_events_impl")
-        self.handle = self._disp.queue_create_impl(context.handle, self._dh, self.profiling)
+        if native is None:
+            self.handle = self._disp.queue_create_impl(context.handle, self._dh, self.profiling)
+        else:
+            self.handle = self._disp.queue_from_native_impl(context.handle, self._dh, native, self.profiling)
         self._live = True
+
+    @property
+    def native(self) -> Any:
+        """The vendor's queue: for most backends an int address (``CUstream``,
+        ``cl_command_queue``), as ``native_handle_impl`` reports it."""
+        return self._disp.native_handle_impl("queue", self.handle)
 
     # -- state ------------------------------------------------------------------------------
 

@@ -106,3 +106,26 @@ def context_destroy_impl(context: Any) -> None:
     Everything allocated, loaded or created in it has been released first (the generic layer
     tracks that).  The default does nothing.  May block.
     """
+
+
+@hookspec(firstresult=True)
+def native_handle_impl(kind: str, handle: Any) -> Any:
+    """*Optional.* The vendor's own object behind one of the backend's handles, for ``.native``
+    on pyoffload's objects (interoperating with other libraries that use the same driver).
+
+    ``kind`` is ``"device"``, ``"context"``, ``"queue"``, ``"program"``, ``"kernel"`` or
+    ``"event"``.  For a queue, return the native stream or command queue *as an int address*
+    (``CUstream``, ``hipStream_t``, ``cl_command_queue``) where the vendor has one: it is what
+    ``__cuda_stream__`` and the CUDA array interface hand out.  The default returns the handle
+    itself.
+    """
+
+
+@hookspec(firstresult=True)
+def queue_from_native_impl(context: Any, device: Any, native: Any, profiling: bool) -> Any:
+    """*Optional.* Wrap a queue (stream, command queue) created by another library — ``native`` as
+    that library or the driver gives it (an int address or an object) — as a queue handle of this
+    backend, for ``Queue.from_native``.  The backend must not destroy the native queue in
+    ``queue_destroy_impl`` for such a handle (it is borrowed).  The default raises
+    ``UnsupportedError``.
+    """

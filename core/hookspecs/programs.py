@@ -114,3 +114,27 @@ def kernel_packer_impl(device: Any, kernel: Any, kinds: tuple[str, ...]) -> Call
             layout = struct.Struct(param_format(kinds))
             return lambda values: layout.pack(*values)
     """
+
+
+@hookspec(firstresult=True)
+def compile_impl(device: Any, source: str, options: tuple[str, ...]) -> bytes:
+    """*Optional.* Build ``source`` in the backend's source language (OpenCL C, C for the host,
+    CUDA C++, HIP) for ``device`` into an image that ``load_binary_impl`` loads
+    (``Device.build_program``).
+
+    ``options`` are the caller's compiler options; the backend appends them to its own defaults,
+    which the caller cannot drop by accident (the host backend keeps ``-shared -fPIC -g``).
+    Raise ``CompileError`` with the compiler's messages in ``build_log`` when the build fails, and
+    ``OffloadError`` with ``HOST_TOOL_NOT_FOUND`` when no compiler is available.  The generic layer
+    caches the result on disk keyed by the source, the options, the device and
+    ``compiler_id_impl``.  May block.  The default raises ``UnsupportedError``.
+    """
+
+
+@hookspec(firstresult=True)
+def compiler_id_impl(device: Any) -> str | None:
+    """*Optional.* What identifies the toolchain ``compile_impl`` uses for ``device`` (compiler
+    and driver versions, target architecture): part of the build cache's key, so a new compiler
+    or driver never reuses an old binary.  ``None`` (the default) turns the on-disk cache off for
+    this device.
+    """

@@ -1,0 +1,116 @@
+"""Building programs from source, with an on-disk cache (``Device.build_program``).
+
+A backend builds its own source language (``compile_impl``: OpenCL C through the driver, C through
+``cc`` on the host backend, CUDA C++, HIP) and names its toolchain (``compiler_id_impl``).  The
+generic layer caches each built image under the user cache directory (``platformdirs``;
+``PYOFFLOAD_CACHE_DIR`` overrides it, ``PYOFFLOAD_BUILD_CACHE=0`` turns it off), keyed by a
+digest of the source, the options, the device and the toolchain, so that a change of any of them
+builds anew and nothing stale is ever loaded.  Entries are written atomically: concurrent
+processes building the same program each write a complete file or none.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import tempfile
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from . import settings
+from .backend import HOOK_API
+from .errors import got
+
+FORMAT = 1  # bump when the meaning of a cache entry changes
+
+
+@dataclasses.dataclass
+class CacheStats:
+    """Builds served from the cache (``hits``) and built anew (``misses``) in this process."""
+
+    hits: int = 0
+    misses: int = 0
+    uncached: int = 0
+
+
+stats = CacheStats()
+_lock = threading.Lock()
+
+
+def cache_dir() -> Path:
+    """Where built images are kept: ``PYOFFLOAD_CACHE_DIR``, else the user cache directory."""
+    override = settings.text("PYOFFLOAD_CACHE_DIR")
+    if override:
+        return Path(override)
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("pyoffload"))
+
+
+def _key(device: Any, source: str, options: tuple[str, ...], compiler: str) -> str:
+    parts = [FORMAT, list(HOOK_API), device.backend, device.platform.name, device.platform.version,
+             device.name, compiler, list(options), source]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+
+
+def build(device: Any, source: Any, options: Sequence[str] = (), cache: bool = True) -> bytes:
+    """The image of ``source`` built for ``device`` with ``options``, from the cache when it has it."""
+    if isinstance(source, (bytes, bytearray)):
+        source = bytes(source).decode()
+    if not isinstance(source, str):
+        raise TypeError(f"build_program takes the source as a str, got {got(source)}")
+    if isinstance(options, str) or not all(isinstance(o, str) for o in options):
+        raise TypeError(f"build_program options must be a sequence of str, got {got(options)}")
+    opts = tuple(options)
+    disp = device._disp
+    compiler = disp.compiler_id_impl(device.handle) if cache and settings.flag("PYOFFLOAD_BUILD_CACHE", True) else None
+    path = None
+    if compiler:
+        key = _key(device, source, opts, str(compiler))
+        path = cache_dir() / "programs" / key[:2] / f"{key}.bin"
+        try:
+            image = path.read_bytes()
+        except OSError:
+            pass
+        else:
+            if image:
+                with _lock:
+                    stats.hits += 1
+                return image
+    image = bytes(disp.compile_impl(device.handle, source, opts))
+    with _lock:
+        if path is None:
+            stats.uncached += 1
+        else:
+            stats.misses += 1
+    if path is not None:
+        _store(path, image)
+    return image
+
+
+def _store(path: Path, image: bytes) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        with os.fdopen(fd, "wb") as f:
+            f.write(image)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only or full cache directory costs a rebuild next time, nothing else
+
+
+def clear_cache() -> int:
+    """Delete every cached image; the number of files removed."""
+    root = cache_dir() / "programs"
+    removed = 0
+    for entry in root.glob("*/*.bin"):
+        try:
+            entry.unlink()
+            removed += 1
+        except OSError:
+            pass
+    return removed
