@@ -17,7 +17,7 @@ from .enums import AllocKind, MemoryConnection
 from .errors import Errc, InvalidArgumentError, InvalidHandleError, InvalidSizeError, got
 from .pool import CachingAllocator
 from .queue_core import QueueCore
-from .runtime import warn_teardown
+from .runtime import dead_runtime_error, warn_teardown
 
 
 class Owned(Protocol):
@@ -87,7 +87,7 @@ class GenericContext:
     def check_alive(self) -> None:
         if not self._live:
             if not self._rt.alive:
-                self._rt.check_alive()
+                raise dead_runtime_error(self._rt)
             raise InvalidHandleError(f"{self!r} was closed", Errc.INVALID_CONTEXT)
 
     def check_device(self, device: GenericDevice, what: str) -> None:
@@ -225,6 +225,11 @@ class GenericContext:
         if self.platform.default_context_slot is self:
             self.platform.default_context_slot = None
         self._disp.context_destroy_impl(self.handle)
+
+    def _abandon(self) -> None:
+        self._live = False
+        for queue in self._internal.values():
+            queue._abandon()
 
     def _teardown(self, at_exit: bool) -> None:
         """Shutdown: the runtime has released programs, queues and allocations already."""

@@ -383,8 +383,9 @@ def allocate(ctx: GenericContext, device: GenericDevice | None, size: Any, kind:
         size = check_size(size)
     if kind.__class__ is not AllocKind:
         check_kind(kind)
-    if not ctx._live:
+    if not ctx._live or ctx._rt.state is not LIVE:
         ctx.check_alive()
+        ctx._rt.check_alive()
     if kind is AllocKind.HOST:
         device = None
         if kind not in (ctx.devices[0]._limits or ctx.devices[0].limits).kinds:

@@ -35,8 +35,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from . import settings
 from .errors import BackendError, Errc, InvalidHandleError, OffloadError
-from .runtime import warn_teardown
+from .runtime import dead_runtime_error, warn_teardown
 
 # Poll for completed markers on enqueue once this many holds or deferred actions are pending.
 _POLL_AFTER = 8
@@ -115,9 +116,12 @@ class QueueCore:
 
     # -- state ------------------------------------------------------------------------------
 
+    def _abandon(self) -> None:
+        self._live = False
+
     def _dead(self) -> OffloadError:
         if not self._rt.alive:
-            return InvalidHandleError(f"{self._name} belongs to a runtime that was shut down", Errc.UNINITIALIZED)
+            return dead_runtime_error(self._rt)
         return InvalidHandleError(f"{self._name} was destroyed", Errc.INVALID_QUEUE)
 
     def _check_live(self) -> None:
@@ -544,5 +548,6 @@ def waiter(queue: QueueCore, seq: int) -> Callable[[], None]:
     return lambda: queue.wait_done(seq)
 
 
-EXIT_WAIT_SECONDS = 10.0
-"""How long interpreter exit waits for a queue's outstanding work before leaking it."""
+EXIT_WAIT_SECONDS = float(settings.integer("PYOFFLOAD_EXIT_TIMEOUT", 10, minimum=0) or 0)
+"""How long interpreter exit waits for a queue's outstanding work before leaking it
+(``PYOFFLOAD_EXIT_TIMEOUT``, seconds)."""

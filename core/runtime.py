@@ -8,7 +8,8 @@ the public one only ever look at the runtime that exists (:func:`active`); none 
 Teardown (``pyoffload.shutdown()`` and interpreter exit) runs in one order: the application's
 ``on_shutdown`` callbacks (the runtime still fully usable), then programs (destructors) in reverse
 load order, queues, the allocation report, allocations and caches, pinned ranges, contexts, and
-each backend's ``deinit_impl``.  Objects take part through one small protocol, ``_teardown(at_exit)``,
+each backend's ``deinit_impl``.  At interpreter exit it stops after the report: daemon threads may
+still be using memory and drivers, and the process's end reclaims them.  Objects take part through one small protocol, ``_teardown(at_exit)``,
 so this module imports none of them.  No lock is held while an object waits for its device or a
 callback runs; failures become :class:`~pyoffload.TeardownWarning`.
 
@@ -48,6 +49,9 @@ class Releasable(Protocol):
     """What teardown needs of programs, queues, allocations, devices and contexts."""
 
     def _teardown(self, at_exit: bool) -> None: ...
+
+    def _abandon(self) -> None:
+        """In a child process after ``fork``: become unusable without touching any driver."""
 
 
 class Runtime:
@@ -191,26 +195,30 @@ def teardown(rt: Runtime, at_exit: bool = False) -> None:
         ("programs", lambda: _release_all(programs, "program", at_exit)),
         ("queues", lambda: _release_all(queues, "queue", at_exit)),
         ("allocation report", lambda: rt.tracker.report(v for _, _, v in rt.registry.items() if v.owned)),
-        ("allocations", lambda: _release_all([v for _, _, v in rt.registry.items() if v.owned], "memory", at_exit)),
-        ("pinned memory", lambda: _release_all(list(rt.devices), "device", at_exit)),
-        ("contexts", lambda: _release_all(list(reversed(rt.contexts)), "context", at_exit)),
     ]
+    if not at_exit:
+        # At interpreter exit, other threads may still be using memory and drivers (daemon threads
+        # run until the interpreter stops them): memory, pinned ranges, contexts and the drivers
+        # themselves are left to the process's end, which reclaims them, rather than released
+        # under those threads.  Destructors (above) are what a program can observe; they have run.
+        steps += [
+            ("allocations", lambda: _release_all([v for _, _, v in rt.registry.items() if v.owned], "memory", at_exit)),
+            ("pinned memory", lambda: _release_all(list(rt.devices), "device", at_exit)),
+            ("contexts", lambda: _release_all(list(reversed(rt.contexts)), "context", at_exit)),
+        ]
     for what, step in steps:
-        while True:
-            try:
-                step()
-                break
-            except KeyboardInterrupt as exc:  # finish the teardown, then report the interrupt
-                interrupted = exc
-                break
-            except Exception as exc:
-                warn_teardown(what, exc)
-                break
-    for backend in rt.backends:
         try:
-            backend.dispatch.deinit_impl()
+            step()
+        except KeyboardInterrupt as exc:  # finish the teardown, then report the interrupt
+            interrupted = exc
         except Exception as exc:
-            warn_teardown(f"deinit of backend {backend.name!r}", exc)
+            warn_teardown(what, exc)
+    if not at_exit:
+        for backend in rt.backends:
+            try:
+                backend.dispatch.deinit_impl()
+            except Exception as exc:
+                warn_teardown(f"deinit of backend {backend.name!r}", exc)
     rt.registry.clear()
     rt.live_per_space.clear()
     with rt.lock:
@@ -279,6 +287,8 @@ def _after_fork_in_child() -> None:
         rt.state = FORKED
         rt.lock = threading.RLock()
         rt.registry.reset_lock()
+        for obj in [*rt.queues.values(), *rt.contexts]:
+            obj._abandon()
 
 
 atexit.register(_atexit_teardown)

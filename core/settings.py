@@ -147,6 +147,9 @@ VARIABLES: tuple[Variable, ...] = (
              lambda: text("PYOFFLOAD_CACHE_DIR")),
     Variable("PYOFFLOAD_BUILD_CACHE", "`build_program` reuses cached images (default on; 0 builds every time)",
              lambda: flag("PYOFFLOAD_BUILD_CACHE", True)),
+    Variable("PYOFFLOAD_EXIT_TIMEOUT",
+             "seconds interpreter exit waits for a queue's unfinished work before leaking what it uses "
+             "(default 10)", lambda: integer("PYOFFLOAD_EXIT_TIMEOUT", 10)),
     Variable("PYOFFLOAD_RUN_KNOWN_FAILURES",
              "run the conformance tests a backend declared as known failures instead of skipping them",
              lambda: flag("PYOFFLOAD_RUN_KNOWN_FAILURES")),

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import collections
 import itertools
-import os
 from typing import Any
 
 import pytest
+
+from pyoffload import settings
 
 _results: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
 _known: list[tuple[str, str, str]] = []
@@ -85,7 +86,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     known = device._disp.known_failures_impl(device.handle) or {}
     name = getattr(item, "originalname", item.name)
     reason = known.get(name)
-    if reason and os.environ.get("PYOFFLOAD_RUN_KNOWN_FAILURES", "") in ("", "0"):
+    if reason and not settings.flag("PYOFFLOAD_RUN_KNOWN_FAILURES"):
         _known.append((device.id, name, reason))
         pytest.skip(f"known failure on {device.id}: {reason}")
 
@@ -112,6 +113,17 @@ def queue(device: Any) -> Any:
     yield q
     if q._live:
         q.destroy()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Shut the runtime down while pytest still watches: a backend's leak checks and teardown
+    warnings belong to the run (at interpreter exit, pyoffload leaves memory to the process)."""
+    from pyoffload import runtime
+
+    if runtime.active() is not None:
+        import pyoffload
+
+        pyoffload.shutdown()
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -63,6 +63,8 @@ def resolve(obj: Any, role: str, writable: bool) -> End:
     if t is Allocation:
         if not obj._live:
             raise InvalidArgumentError(f"{role}: {obj!r} was freed")
+        if obj.context._rt.state is not LIVE:
+            raise dead_runtime_error(obj.context._rt)
         alloc, offset = obj, 0
     elif t is int or (isinstance(obj, int) and not isinstance(obj, bool)):
         ptr = int(obj)

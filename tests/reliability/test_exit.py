@@ -101,3 +101,119 @@ def test_exit_from_a_thread_with_work_in_flight(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert sorted(log.read_text().splitlines()) == ["dtor p0", "dtor p1", "dtor p2"]
     assert "Traceback" not in proc.stderr and "Fatal" not in proc.stderr, proc.stderr
+
+
+def _run(script: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess:
+    full_env = dict(os.environ, **env)
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout,
+                          env=full_env)
+
+
+def test_exit_while_daemon_threads_allocate_and_free(tmp_path):
+    script = textwrap.dedent("""
+        import threading, numpy as np, pyoffload
+        dev = pyoffload.host_device()
+        def churn():
+            while True:
+                try:
+                    a = dev.alloc(4096)
+                    pyoffload.memfill(a, np.uint8(1))
+                    a.free()
+                except pyoffload.OffloadError:
+                    pass  # the runtime is going away: a clean error, never a crash
+        for _ in range(4):
+            threading.Thread(target=churn, daemon=True).start()
+        import time; time.sleep(0.3)
+        print("exiting", flush=True)
+    """)
+    for _ in range(3):
+        proc = _run(script)
+        assert proc.returncode == 0 and proc.stdout == "exiting\n", proc.stderr
+        assert "Fatal" not in proc.stderr and "double free" not in proc.stderr, proc.stderr
+
+
+def test_exit_with_a_host_function_that_never_returns(tmp_path):
+    """A pending host function blocked forever: exit waits a bounded time, then leaks what the
+    queue uses instead of freeing it under the host function; no hang."""
+    log = tmp_path / "dtors.log"
+    script = PRELUDE.format(here=HERE, log=str(log)) + textwrap.dedent("""
+        import threading
+        forever = threading.Event()
+        q.launch_host_function(forever.wait)
+    """)
+    start = __import__("time").monotonic()
+    proc = _run(script, timeout=60, PYOFFLOAD_EXIT_TIMEOUT="1")
+    assert proc.returncode == 0, proc.stderr
+    assert __import__("time").monotonic() - start < 30
+    assert "Traceback" not in proc.stderr and "Fatal" not in proc.stderr, proc.stderr
+
+
+def test_exit_with_a_host_function_that_calls_the_runtime(tmp_path):
+    script = textwrap.dedent("""
+        import threading, time, numpy as np, pyoffload
+        dev = pyoffload.host_device()
+        q = dev.create_queue()
+        gate = threading.Event()
+        def late():
+            gate.wait()
+            time.sleep(0.1)
+            try:
+                a = dev.alloc(64)
+                a.free()
+            except pyoffload.OffloadError:
+                pass
+        q.launch_host_function(late)
+        gate.set()
+        print("exiting", flush=True)
+    """)
+    proc = _run(script, timeout=60)
+    assert proc.returncode == 0 and proc.stdout == "exiting\n", proc.stderr
+
+
+def test_fork_child_gets_a_clear_error(tmp_path):
+    script = textwrap.dedent("""
+        import os, sys, numpy as np, pyoffload
+        dev = pyoffload.host_device()
+        a = dev.alloc(64)
+        q = dev.create_queue()
+        pid = os.fork()
+        if pid == 0:
+            codes = []
+            for call in (lambda: pyoffload.devices(), lambda: a.free(), lambda: q.wait(),
+                         lambda: dev.alloc(8), lambda: pyoffload.mem_info(a.ptr)):
+                try:
+                    call()
+                    codes.append("ok")
+                except pyoffload.OffloadError as e:
+                    codes.append(e.errc.name + (":fork" if "fork" in str(e) else ""))
+            pyoffload.shutdown()  # discards the inherited runtime, touching nothing of the parent's
+            fresh = pyoffload.host_device().alloc(16)
+            fresh.free()
+            print(",".join(codes), flush=True)
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        assert os.WEXITSTATUS(status) == 0
+        a.free()  # the parent's objects are untouched
+        q.wait()
+        print("parent ok", flush=True)
+    """)
+    proc = _run(script, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    child, parent = proc.stdout.splitlines()
+    assert parent == "parent ok"
+    assert all(code.endswith(":fork") for code in child.split(",")), child
+
+
+def test_fork_before_first_use_gives_the_child_a_fresh_runtime():
+    script = textwrap.dedent("""
+        import os, pyoffload
+        pid = os.fork()
+        if pid == 0:
+            a = pyoffload.host_device().alloc(64)
+            a.free()
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        print(os.WEXITSTATUS(status))
+    """)
+    proc = _run(script, timeout=60)
+    assert proc.stdout.strip() == "0", proc.stderr

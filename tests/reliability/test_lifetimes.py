@@ -1,0 +1,332 @@
+"""In-flight lifetimes: an enqueued operation keeps what it uses, and releasing anything waits for
+exactly the operations that use it (or refuses where waiting could never end).
+
+Each case holds a queue back with a host function blocked on a gate, enqueues work behind it, and
+then releases something from another thread: the release must not return before the gate opens
+and the work ran, and afterwards the data must be the work's result (nothing freed, reused or
+unloaded under it).  Runs on the host backend and on the twin backend (whose memory the generic
+layer treats as device memory).
+"""
+
+from __future__ import annotations
+
+import gc
+import mmap
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import pyoffload
+from pyoffload import Errc, OffloadError
+
+from dtor_program import SOURCE as DTOR_SOURCE  # noqa: F401  (the module builds images on demand)
+
+
+@pytest.fixture(params=["host", "twin"])
+def dev(request, twin_runtime):
+    if request.param == "host":
+        return pyoffload.host_device()
+    return next(d for d in pyoffload.devices() if d.backend == "twin")
+
+
+@pytest.fixture
+def kernels(dev):
+    with dev.load_program(dev._disp.conformance_images_impl(dev.handle)["kernels"]) as prog:
+        yield prog
+
+
+def _in_thread(fn):
+    """Run ``fn`` in a thread; return (thread, box) where box gets ('ok', value) or ('err', exc)."""
+    box: list = []
+
+    def run():
+        try:
+            box.append(("ok", fn()))
+        except BaseException as exc:  # noqa: BLE001 - reported to the test
+            box.append(("err", exc))
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, box
+
+
+def _still_blocked(t: threading.Thread, seconds: float = 0.2) -> bool:
+    t.join(seconds)
+    return t.is_alive()
+
+
+def test_free_waits_for_a_queued_launch(dev, kernels):
+    q = dev.create_queue()
+    gate = threading.Event()
+    a = dev.alloc(4 * 64)
+    q.launch_host_function(gate.wait)
+    q.launch(kernels.kernel("iota_i32"), 1, 64, [a, np.int32(64), np.int32(1)])
+    t, box = _in_thread(a.free)
+    assert _still_blocked(t), "free returned while a queued launch still used the memory"
+    gate.set()
+    t.join(10)
+    assert box == [("ok", None)] and a.freed
+    q.destroy()
+
+
+def test_free_waits_for_a_queued_fill_and_the_block_is_not_reused_early(dev):
+    """A pending memfill is a user of its memory: the next allocation at the same address must
+    not be overwritten by a stale fill."""
+    q = dev.create_queue()
+    gate = threading.Event()
+    a = dev.alloc(4096)
+    q.launch_host_function(gate.wait)
+    q.memfill(a, np.uint32(0xDEADBEEF))
+    t, box = _in_thread(a.free)
+    assert _still_blocked(t), "free returned while a queued fill still used the memory"
+    gate.set()
+    t.join(10)
+    assert box == [("ok", None)]
+    b = dev.alloc(4096)
+    pyoffload.memfill(b, np.uint32(7))
+    q.wait()
+    out = np.zeros(1024, np.uint32)
+    pyoffload.memcpy(out, b)
+    assert (out == 7).all(), "a stale fill overwrote the new owner's data"
+    b.free()
+    q.destroy()
+
+
+def test_unload_waits_for_queued_launches(dev):
+    q = dev.create_queue()
+    gate = threading.Event()
+    prog = dev.load_program(dev._disp.conformance_images_impl(dev.handle)["kernels"])
+    out = dev.alloc(8)
+    q.launch_host_function(gate.wait)
+    q.launch(prog.kernel("sleep_spin"), 1, 1, [out, np.int64(100_000)])
+    t, box = _in_thread(prog.unload)
+    assert _still_blocked(t), "unload returned while a launch of its code was queued"
+    with pytest.raises(OffloadError) as err:
+        q.launch(prog.kernel("noop"), 1, 1, [])
+    assert err.value.errc is Errc.INVALID_PROGRAM, "a launch started on a program being unloaded"
+    gate.set()
+    t.join(10)
+    assert box == [("ok", None)] and not prog.loaded
+    got = np.zeros(1, np.int64)
+    pyoffload.memcpy(got, out)
+    assert got[0] == 100_000, "the queued launch did not complete before the unload"
+    out.free()
+    q.destroy()
+
+
+def test_unload_is_bounded_while_another_thread_keeps_launching(dev):
+    """Unload waits for the launches recorded before it, not for a queue that never drains."""
+    prog = dev.load_program(dev._disp.conformance_images_impl(dev.handle)["kernels"])
+    other = dev.load_program(dev._disp.conformance_images_impl(dev.handle)["kernels"])
+    q = dev.create_queue()
+    stop = threading.Event()
+
+    def feed():
+        while not stop.is_set():
+            q.launch(other.kernel("noop"), 1, 1, [])
+            time.sleep(0)
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    q.launch(prog.kernel("noop"), 1, 1, [])
+    start = time.monotonic()
+    prog.unload()
+    assert time.monotonic() - start < 10
+    stop.set()
+    feeder.join(10)
+    q.destroy()
+    other.unload()
+
+
+def test_prepared_launch_after_unload_is_refused(dev):
+    prog = dev.load_program(dev._disp.conformance_images_impl(dev.handle)["kernels"])
+    q = dev.create_queue()
+    launch = q.prepare(prog.kernel("noop"), 1, 1, [])
+    launch().wait()
+    prog.unload()
+    with pytest.raises(OffloadError) as err:
+        launch()
+    assert err.value.errc is Errc.INVALID_PROGRAM
+    q.destroy()
+
+
+def test_query_does_not_release_a_pending_copy_source(dev):
+    q = dev.create_queue()
+    gate = threading.Event()
+    a = dev.alloc(1 << 16)
+    src = np.full(1 << 16, 9, np.uint8)
+    q.launch_host_function(gate.wait)
+    ev = q.memcpy(a, src)
+    del src
+    gc.collect()
+    assert not q.query() and not ev.is_complete
+    gate.set()
+    ev.wait()
+    out = np.zeros(1 << 16, np.uint8)
+    pyoffload.memcpy(out, a)
+    assert (out == 9).all(), "the copy's source was released before the copy ran"
+    a.free()
+    q.destroy()
+
+
+def test_completed_copies_release_their_host_buffers(dev):
+    """600 queued copies of 1 MiB sources, each waited on through its event: the queue does not
+    keep the sources (what the operation holds is released by whoever observes completion)."""
+    q = dev.create_queue()
+    a = dev.alloc(1 << 20)
+    for _ in range(600):
+        q.memcpy(a, np.ones(1 << 20, np.uint8)).wait()
+    assert len(q._holds) <= 1, f"{len(q._holds)} host buffers still held"
+    a.free()
+    q.destroy()
+
+
+def test_host_function_may_free_memory_its_queue_used(dev, kernels):
+    q = dev.create_queue()
+    a = dev.alloc(4 * 64)
+    b = dev.alloc(4 * 64)
+    done = threading.Event()
+    q.launch(kernels.kernel("iota_i32"), 1, 64, [a, np.int32(64), np.int32(0)])
+
+    def free_both():
+        a.free()  # used before this host function: free now
+        b.free()  # used after it: deferred until that work is done
+        done.set()
+
+    q.launch_host_function(free_both)
+    q.launch(kernels.kernel("iota_i32"), 1, 64, [b, np.int32(64), np.int32(0)])
+    q.wait()
+    assert done.is_set() and a.freed and b.freed
+    q.destroy()
+
+
+def test_host_function_waiting_on_its_own_queue_is_an_error(dev):
+    q = dev.create_queue()
+    ev = q.launch_host_function(q.wait)
+    with pytest.raises(OffloadError) as err:
+        ev.wait()
+    assert "host function" in str(err.value)
+    assert isinstance(err.value.__cause__, OffloadError) and err.value.__cause__.errc is Errc.INVALID_QUEUE
+    q.destroy()
+
+
+def test_host_function_error_is_reported_on_its_event_and_once_on_the_queue(dev):
+    q = dev.create_queue()
+    first = q.launch_host_function(lambda: None)
+
+    def boom():
+        raise RuntimeError("boom in host function")
+
+    failing = q.launch_host_function(boom)
+    with pytest.raises(OffloadError, match="boom"):
+        failing.wait()
+    first.wait()  # an earlier operation's event does not carry the later failure
+    with pytest.raises(OffloadError, match="boom"):
+        q.wait()
+    q.wait()  # reported once per queue
+    with pytest.raises(OffloadError, match="boom"):
+        failing.wait()  # the failed operation's own event stays failed
+    q.destroy()
+
+
+def test_host_functions_may_call_the_runtime(dev, kernels):
+    q = dev.create_queue()
+    seen = []
+
+    def uses_runtime():
+        b = dev.alloc(64)
+        pyoffload.memfill(b, np.uint8(3))
+        out = np.zeros(64, np.uint8)
+        pyoffload.memcpy(out, b)
+        seen.append(int(out.sum()))
+        b.free()
+
+    q.launch_host_function(uses_runtime)
+    q.wait()
+    assert seen == [192]
+    q.destroy()
+
+
+def test_shutdown_while_another_thread_launches(fresh_runtime):
+    dev = pyoffload.host_device()
+    prog = dev.load_program(dev._disp.conformance_images_impl(dev.handle)["kernels"])
+    q = dev.create_queue()
+    errors: list[BaseException] = []
+    started = threading.Event()
+
+    def launcher():
+        try:
+            while True:
+                q.launch(prog.kernel("noop"), 1, 1, [])
+                started.set()
+        except OffloadError as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=launcher, daemon=True)
+    t.start()
+    started.wait(10)
+    pyoffload.shutdown()
+    t.join(10)
+    assert len(errors) == 1
+    err = errors[0]
+    assert err.errc in (Errc.UNINITIALIZED, Errc.INVALID_PROGRAM, Errc.INVALID_QUEUE), err
+    assert not isinstance(err, pyoffload.BackendError), "a raw backend failure escaped"
+
+
+def test_lock_holds_the_buffer_export(dev):
+    if dev.backend != "host":
+        pytest.skip("the twin backend does not pin host memory it did not allocate differently")
+    buf = bytearray(4096)
+    dev.lock(buf)
+    with pytest.raises(BufferError):
+        buf.extend(b"x" * 4096)  # cannot move while locked
+    dev.unlock(buf)
+    buf.extend(b"x")  # free to change again
+    with mmap.mmap(-1, 4096) as m:
+        dev.lock(m)
+        with pytest.raises(BufferError):
+            m.close()
+        dev.unlock(m)
+
+
+def test_read_only_buffers_lock_only_read_only(dev):
+    if dev.backend != "host":
+        pytest.skip("host pinning semantics")
+    data = bytes(1024)
+    with pytest.raises(OffloadError) as err:
+        dev.lock(data)
+    assert err.value.errc is Errc.INVALID_ARGUMENT and "read-only" in str(err.value)
+    ptr = dev.lock(data, read_only=True)
+    with pytest.raises(OffloadError) as err:
+        pyoffload.memcpy(ptr, np.ones(16, np.uint8), 16)
+    assert "read-only" in str(err.value), "a copy wrote into an immutable bytes object"
+    out = np.zeros(16, np.uint8)
+    pyoffload.memcpy(out, ptr, 16)
+    dev.unlock(data)
+
+
+def test_interrupted_free_leaves_the_allocation_usable_and_a_retry_waits(dev, kernels):
+    q = dev.create_queue()
+    gate = threading.Event()
+    a = dev.alloc(256)
+    q.launch_host_function(gate.wait)
+    q.memfill(a, np.uint8(5))
+
+    original = q._wait_until
+
+    def interrupted(seq):
+        raise KeyboardInterrupt
+
+    q._wait_until = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        a.free()
+    q._wait_until = original
+    assert not a.freed, "an interrupted free freed the memory anyway"
+    t, box = _in_thread(a.free)
+    assert _still_blocked(t), "the retried free did not wait"
+    gate.set()
+    t.join(10)
+    assert box == [("ok", None)]
+    q.destroy()
