@@ -99,48 +99,6 @@ def _np_dtype(dl: DLDataType) -> np.dtype[Any]:
 # export
 # ------------------------------------------------------------------------------------------
 
-# What each live export keeps alive (the tensor structure, its shape, the allocation): keyed by
-# the address of the managed tensor, released by the consumer's deleter (or the capsule's
-# destructor when nobody consumed it).
-_exports: dict[int, tuple[Any, ...]] = {}
-_exports_lock = threading.Lock()
-
-
-def _release_export(address: int) -> None:
-    with _exports_lock:
-        entry = _exports.pop(address, None)
-    if entry is not None:
-        alloc = entry[1]
-        if entry[2]:  # counted by hand (memory the buffer protocol does not export)
-            alloc._dl_exports -= 1
-
-
-@_Deleter
-def _deleter(managed: Any) -> None:
-    _release_export(ctypes.cast(managed, ctypes.c_void_p).value or 0)
-
-
-@_VersionedDeleter
-def _versioned_deleter(managed: Any) -> None:
-    _release_export(ctypes.cast(managed, ctypes.c_void_p).value or 0)
-
-
-def _capsule_destructor(versioned: bool) -> Any:
-    name = b"dltensor_versioned" if versioned else b"dltensor"
-
-    @_CapsuleDestructor
-    def destroy(capsule: int) -> None:
-        # Only an unconsumed capsule still carries its name; a consumer renamed it and owns it.
-        if _raw_is_valid(capsule, name):
-            _release_export(_raw_get_pointer(capsule, name) or 0)
-
-    return destroy
-
-
-_DESTROY = {False: _capsule_destructor(False), True: _capsule_destructor(True)}
-
-
-
 # What each live export keeps alive, by the address of its managed tensor; released by the
 # consumer's deleter (or the capsule's destructor when nobody consumed it).
 _exports: dict[int, tuple[Any, Callable[[], None]]] = {}

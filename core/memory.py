@@ -624,10 +624,7 @@ def _wait_or_defer(alloc: Allocation, users: dict[QueueCore, int]) -> bool:
             return True
     for queue, seq in list(users.items()):
         if queue._live:
-            try:
-                queue.wait_done(seq)
-            except OffloadError:
-                pass  # the work failed: it no longer uses the memory (its queue reports the failure)
+            queue.settle(seq)
     return False
 
 

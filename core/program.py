@@ -140,12 +140,7 @@ class Program:
                             raise OffloadError(f"{queue!r} still runs work of {self!r} at exit: leaked",
                                                Errc.BACKEND_FAILURE)
                         continue
-                    try:
-                        queue.wait_done(seq)
-                    except OffloadError as exc:
-                        if exc.errc is Errc.INVALID_QUEUE:
-                            raise  # waiting would never finish: refuse, change nothing
-                        # a failed launch has finished too; its queue reports the failure
+                    queue.settle(seq)  # raises (and the program stays loaded) if it cannot tell
         except BaseException:
             with self._lock:
                 self._state = LOADED

@@ -408,6 +408,23 @@ class QueueCore:
             self._check_self_wait(seq)
             self._wait_until(seq)
 
+    def settle(self, seq: int) -> None:
+        """Block until operation ``seq`` no longer runs, failed or not: what it used may then be
+        released.  Raises when that cannot be established (the wait failed while the queue is
+        still busy, or waiting would never end): the caller must then leak rather than release."""
+        try:
+            self.wait_done(seq)
+        except OffloadError as exc:
+            if exc.errc is Errc.INVALID_QUEUE:
+                raise
+            try:
+                finished = bool(self._disp.queue_query_impl(self._dh, self.handle))
+            except OffloadError:
+                finished = False
+            if not finished:
+                raise
+            self._advance(self._submitted)  # the failed work has finished: the queue reports it
+
     def _wait_until(self, seq: int) -> None:
         with self._lock:
             while seq > self._submitted and self._backlog is not None:

@@ -50,9 +50,6 @@ class Releasable(Protocol):
 
     def _teardown(self, at_exit: bool) -> None: ...
 
-    def _abandon(self) -> None:
-        """In a child process after ``fork``: become unusable without touching any driver."""
-
 
 class Runtime:
     """All live state of one initialisation; a shutdown retires it.
@@ -287,8 +284,10 @@ def _after_fork_in_child() -> None:
         rt.state = FORKED
         rt.lock = threading.RLock()
         rt.registry.reset_lock()
+        # Queues and contexts become unusable (``_abandon``) without a driver call: the drivers,
+        # their threads and locks belong to the parent.
         for obj in [*rt.queues.values(), *rt.contexts]:
-            obj._abandon()
+            getattr(obj, "_abandon")()
 
 
 atexit.register(_atexit_teardown)

@@ -366,15 +366,21 @@ TEARDOWN_SCRIPT = textwrap.dedent("""
     dev.lock(np.zeros(64, np.uint8))
     install(FaultPlugin({hook!r}, nth=1))
     print("exiting")
+    {ending}
 """)
 
 
-@pytest.mark.parametrize("hook", ["data_free_impl", "queue_query_impl", "queue_destroy_impl",
-                                  "data_unlock_impl", "context_destroy_impl", "deinit_impl",
-                                  "unload_binary_impl"])
+# At interpreter exit the runtime unloads programs and drains queues, and leaves memory, pinned
+# ranges, contexts and drivers to the process's end; an explicit shutdown() releases them too.
+AT_EXIT = ["queue_query_impl", "queue_destroy_impl", "unload_binary_impl"]
+AT_SHUTDOWN = ["data_free_impl", "data_unlock_impl", "context_destroy_impl", "deinit_impl", "queue_synchronize_impl"]
+
+
+@pytest.mark.parametrize("hook", AT_EXIT + AT_SHUTDOWN)
 def test_teardown_after_fault_at_exit(tmp_path, hook):
     log = tmp_path / "dtors.log"
-    script = TEARDOWN_SCRIPT.format(here=HERE, tests=os.path.dirname(HERE), log=str(log), hook=hook)
+    ending = "pyoffload.shutdown()" if hook in AT_SHUTDOWN else ""
+    script = TEARDOWN_SCRIPT.format(here=HERE, tests=os.path.dirname(HERE), log=str(log), hook=hook, ending=ending)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "exiting"
