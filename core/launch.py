@@ -18,7 +18,6 @@ Dimensions go through ``operator.index``, must be positive and within the device
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,7 +26,7 @@ import numpy as np
 from .backend import LocalMemory
 from .enums import AllocKind, MemoryConnection
 from .errors import InvalidArgumentError, InvalidSizeError, InvalidValueError, got
-from .memory import Allocation
+from .memory import Allocation, as_int
 from .pinning import device_pointer
 from .program import GlobalVariable, Kernel
 from .queue_core import QueueCore
@@ -203,13 +202,7 @@ def binder(kernel: Kernel, args: Any) -> Binder:
 
 
 def _dim(value: Any, what: str) -> int:
-    if type(value) is not int:
-        if isinstance(value, bool):
-            raise TypeError(f"{what} must be integers, got {got(value)}")
-        try:
-            value = operator.index(value)
-        except TypeError:
-            raise TypeError(f"{what} must be integers, got {got(value)}") from None
+    value = as_int(value, what)
     if value <= 0:
         raise InvalidValueError(f"{what} must be positive, got {value}")
     if value >= 1 << 64:

@@ -46,16 +46,23 @@ _claim = threading.Lock()  # makes "is it live? then it is mine to free" one ste
 _new = BufferBase.__new__
 
 
+def as_int(value: Any, what: str) -> int:
+    """``value`` through ``operator.index`` (numpy integers welcome); a bool, float or anything
+    else is a ``TypeError`` naming ``what``."""
+    if type(value) is int:
+        return value  # type: ignore[no-any-return]
+    if isinstance(value, bool):
+        raise TypeError(f"{what} must be an integer, got {got(value)}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what} must be an integer, got {got(value)}") from None
+
+
 def check_size(size: Any, what: str = "size", allow_zero: bool = False) -> int:
     """``size`` as an int in ``[1, 2**64)`` (``[0, ...)`` with ``allow_zero``): numpy integers are
     accepted, floats and other types are a ``TypeError``, out-of-range values ``INVALID_SIZE``."""
-    if type(size) is not int:
-        if isinstance(size, bool):
-            raise TypeError(f"{what} must be an integer, got {got(size)}")
-        try:
-            size = operator.index(size)
-        except TypeError:
-            raise TypeError(f"{what} must be an integer, got {got(size)}") from None
+    size = as_int(size, what)
     if size <= 0 and not (allow_zero and size == 0):
         raise InvalidSizeError(f"{what} must be {'non-negative' if allow_zero else 'positive'}, got {size}")
     if size >= MAX_SIZE:
@@ -159,21 +166,8 @@ class Allocation(BufferBase):
         dt = np.dtype(dtype)
         if dt.hasobject:
             raise InvalidArgumentError(f"view: dtype {dt} holds Python objects")
-        offset = check_size(offset, "view offset", allow_zero=True)
-        if offset > self.size:
-            raise InvalidSizeError(f"view offset {offset} is past the end of {self!r}")
-        if shape is None:
-            dims: tuple[int, ...] = ((self.size - offset) // dt.itemsize if dt.itemsize else 0,)
-        elif isinstance(shape, tuple):
-            dims = tuple(check_size(d, "view shape", allow_zero=True) for d in shape)
-        else:
-            dims = (check_size(shape, "view shape", allow_zero=True),)
-        count = 1
-        for d in dims:
-            count *= d
+        dims, count, offset = _layout(self, dt, shape, offset, "view")
         nbytes = count * dt.itemsize
-        if offset + nbytes > self.size:
-            raise InvalidSizeError(f"view of {dims} {dt} ({nbytes} bytes) at offset {offset} overruns {self!r}")
         holder = _new(_HostView)
         holder.ptr, holder._nbytes, holder._exportable = self.ptr + offset, nbytes, True
         holder.export, holder.owner = memoryview(self), owner  # type: ignore[arg-type]
@@ -247,6 +241,26 @@ class Allocation(BufferBase):
         return f"<pyoffload.Allocation {self.kind.name} 0x{self.ptr:x} size={self.size} on {where}{extern}{state}>"
 
 
+def _layout(alloc: Allocation, dt: np.dtype[Any], shape: Any, offset: Any, what: str) -> tuple[tuple[int, ...], int, int]:
+    """``(dims, item count, offset)`` of a typed view of ``alloc``, checked to fit in it exactly."""
+    offset = check_size(offset, f"{what} offset", allow_zero=True)
+    if offset > alloc.size:
+        raise InvalidSizeError(f"{what} offset {offset} is past the end of {alloc!r}")
+    if shape is None:
+        dims: tuple[int, ...] = ((alloc.size - offset) // dt.itemsize if dt.itemsize else 0,)
+    elif isinstance(shape, tuple):
+        dims = tuple(check_size(d, f"{what} shape", allow_zero=True) for d in shape)
+    else:
+        dims = (check_size(shape, f"{what} shape", allow_zero=True),)
+    count = 1
+    for d in dims:
+        count *= d
+    if offset + count * dt.itemsize > alloc.size:
+        raise InvalidSizeError(
+            f"{what} of {dims} {dt} ({count * dt.itemsize} bytes) at offset {offset} overruns {alloc!r}")
+    return dims, count, offset
+
+
 def dlpack_device(alloc: Allocation) -> tuple[int, int]:
     """``(DLDeviceType, device id)`` of an allocation's memory: from the device's info key
     ``dlpack_device_types`` (AllocKind name -> type), else ``kDLCPU`` for host-accessible memory
@@ -274,19 +288,7 @@ class TypedView:
         dt = np.dtype(dtype)
         if dt.hasobject:
             raise InvalidArgumentError(f"typed: dtype {dt} holds Python objects")
-        offset = check_size(offset, "typed offset", allow_zero=True)
-        if shape is None:
-            dims: tuple[int, ...] = (max(allocation.size - offset, 0) // dt.itemsize,)
-        elif isinstance(shape, tuple):
-            dims = tuple(check_size(d, "typed shape", allow_zero=True) for d in shape)
-        else:
-            dims = (check_size(shape, "typed shape", allow_zero=True),)
-        count = 1
-        for d in dims:
-            count *= d
-        if offset + count * dt.itemsize > allocation.size:
-            raise InvalidSizeError(
-                f"typed view of {dims} {dt} ({count * dt.itemsize} bytes) at offset {offset} overruns {allocation!r}")
+        dims, _, offset = _layout(allocation, dt, shape, offset, "typed")
         self.allocation, self.dtype, self.shape, self.offset, self.owner = allocation, dt, dims, offset, owner
 
     def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,

@@ -20,7 +20,7 @@ from .enums import AllocKind
 from .errors import InvalidArgumentError, got
 from .launch import Binder, binder, dimensions
 from .memory import Allocation, allocate, claim, release, unclaim
-from .program import LOADED, Kernel
+from .program import LOADED, Kernel, Program
 from .queue_core import Marker, QueueCore, waiter
 from .transfer import memcpy, memfill
 
@@ -149,32 +149,8 @@ class Queue(QueueCore):
         prog = kernel.program
         if prog.device is not self.device:
             raise InvalidArgumentError(f"launch: {kernel!r} is loaded on {prog.device.id}, not {self.device.id}")
-        marker = None
-        with self._lock:
-            if not self._live:
-                raise self._dead()
-            seq = self._seq + 1
-            # Record the uses first, then check: see the module docstring.
-            prog._users[self] = seq
-            for a in allocs:
-                users = a._users
-                if users is None:
-                    a._users = {self: seq}
-                else:
-                    users[self] = seq
-            if prog._state is not LOADED:
-                prog.check_loaded()
-            for a in allocs:
-                if not a._live:
-                    raise InvalidArgumentError(f"launch: {a!r} was freed")
-            if self._backlog is None:
-                self._disp.launch_impl(self._dh, self.handle, kernel.handle, g, b, packed)
-                self._submitted = seq
-            else:
-                self._backlog.append(("op", seq, (self._disp.launch_impl, (self._dh, self.handle, kernel.handle, g, b, packed))))
-            self._seq = seq
-            if self.profiling:
-                marker = self._mark_locked(owned=True)
+        seq, marker = _enqueue_launch(self, prog, allocs, self._disp.launch_impl,
+                                      (self._dh, self.handle, kernel.handle, g, b, packed))
         if marker is not None:
             return self._event(seq, marker)
         ev = _new(Event)
@@ -268,6 +244,36 @@ class Queue(QueueCore):
         return f"<pyoffload.Queue on {self.device.id}{'' if self._live else ' destroyed'}>"
 
 
+def _enqueue_launch(q: Queue, prog: Program, allocs: Sequence[Allocation], fn: Callable[..., None],
+                    args: tuple[Any, ...]) -> tuple[int, Marker | None]:
+    """Hand one launch to the backend (``fn(*args)``) in the queue's order; its sequence number
+    and, on a profiling queue, its timestamp marker.  The launch records itself as a user of its
+    program and allocations before it checks they are still alive (see the module docstring)."""
+    with q._lock:
+        if not q._live:
+            raise q._dead()
+        seq = q._seq + 1
+        prog._users[q] = seq
+        for a in allocs:
+            users = a._users
+            if users is None:
+                a._users = {q: seq}
+            else:
+                users[q] = seq
+        if prog._state is not LOADED:
+            prog.check_loaded()
+        for a in allocs:
+            if not a._live:
+                raise InvalidArgumentError(f"launch of a kernel of {prog!r}: {a!r} was freed")
+        if q._backlog is None:
+            fn(*args)
+            q._submitted = seq
+        else:
+            q._backlog.append(("op", seq, (fn, args)))
+        q._seq = seq
+        return seq, (q._mark_locked(owned=True) if q.profiling else None)
+
+
 class PreparedLaunch:
     """A launch checked and bound once (``Queue.prepare``); ``launch()`` or ``()`` enqueues it.
 
@@ -312,30 +318,7 @@ class PreparedLaunch:
         q = self.queue
         if self._epoch != q._rt.epoch:
             self._revalidate()
-        prog = self.kernel.program
-        with q._lock:
-            if not q._live:
-                raise q._dead()
-            seq = q._seq + 1
-            prog._users[q] = seq
-            for a in self._allocs:
-                users = a._users
-                if users is None:
-                    a._users = {q: seq}
-                else:
-                    users[q] = seq
-            if prog._state is not LOADED:
-                prog.check_loaded()
-            for a in self._allocs:
-                if not a._live:
-                    raise InvalidArgumentError(f"prepared launch of {self.kernel.name!r}: {a!r} was freed")
-            if q._backlog is None:
-                self._call()
-                q._submitted = seq
-            else:
-                q._backlog.append(("op", seq, (self._call, ())))
-            q._seq = seq
-            marker = q._mark_locked(owned=True) if q.profiling else None
+        seq, marker = _enqueue_launch(q, self.kernel.program, self._allocs, self._call, ())
         if marker is not None:
             return q._event(seq, marker)
         ev = _new(Event)

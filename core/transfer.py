@@ -22,6 +22,7 @@ fill touches records the operation as a user, and host buffers are held until it
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -171,11 +172,18 @@ def memcpy(dst: Any, src: Any, size: Any = None, queue: QueueCore | None = None)
         seq = _copy_on(queue, d, s, size)
         if seq is not None:
             return queue._event(seq)  # type: ignore[attr-defined]
-    holds = tuple(e.hv.view for e in (d, s) if e.hv is not None)
-    seq = queue.host_function(lambda: _copy_now(d, s, size))
-    for end in (d, s):
+    return _as_host_function(queue, lambda: _copy_now(d, s, size), d, s)
+
+
+def _as_host_function(queue: QueueCore, work: Callable[[], None], *ends: End) -> Any:
+    """Order ``work`` on ``queue`` as a host function (the queue cannot run it itself): later
+    work waits for it, the caller does not; the memory it touches records it as a user."""
+    seq = queue.host_function(work)
+    for end in ends:
         _record_use(end, queue, seq)
-    queue.hold(seq, holds)
+    holds = tuple(e.hv.view for e in ends if e.hv is not None)
+    if holds:
+        queue.hold(seq, holds)
     return queue._event(seq)  # type: ignore[attr-defined]
 
 
@@ -328,11 +336,7 @@ def memfill(ptr: Any, pattern: Any, size: Any = None, queue: QueueCore | None = 
             return queue._event(seq)  # type: ignore[attr-defined]
         except UnsupportedError:
             pass
-    seq = queue.host_function(lambda: _fill_now(end, pat, size))
-    _record_use(end, queue, seq)
-    if end.hv is not None:
-        queue.hold(seq, end.hv.view)
-    return queue._event(seq)  # type: ignore[attr-defined]
+    return _as_host_function(queue, lambda: _fill_now(end, pat, size), end)
 
 
 def _host_fill(dst: memoryview, pat: bytes) -> None:
