@@ -36,7 +36,7 @@ def test_documented_classes_carry_their_errc():
         cls = getattr(pyoffload, cls_name)
         assert issubclass(cls, pyoffload.OffloadError)
         listed = [pyoffload.Errc[name] for name in re.findall(r"`(\w+)`", codes)]
-        if len(listed) == 1:
+        if len(listed) == 1 and cls is not pyoffload.OffloadError:  # the base class always names its errc
             assert cls.default_errc is listed[0], cls_name
 
 
