@@ -32,6 +32,15 @@ class HostView:
         self.readonly = readonly
 
 
+def _host_view(view: memoryview, address: int, readonly: bool) -> HostView:
+    hv = _new(HostView)  # no __init__ frame: a copy builds one per host buffer
+    hv.view, hv.address, hv.nbytes, hv.readonly = view, address, view.nbytes, readonly
+    return hv
+
+
+_new = object.__new__
+
+
 def _address(mv: memoryview) -> int:
     if not mv.nbytes:
         return 0
@@ -56,7 +65,8 @@ def host_view(obj: Any, role: str, writable: bool) -> HostView:
             raise InvalidArgumentError(f"{role}: the numpy array is read-only")
         flat = obj.reshape(-1).view(np.uint8) if obj.ndim != 1 or obj.itemsize != 1 else obj
         mv = memoryview(flat)  # type: ignore[arg-type]  # ndarray exports the buffer protocol
-        return HostView(mv, int(obj.ctypes.data) if obj.size else 0, not obj.flags.writeable)
+        address, readonly = obj.__array_interface__["data"]  # C-level, unlike ndarray.ctypes
+        return _host_view(mv, address if obj.size else 0, readonly)
     try:
         mv = memoryview(obj)
     except TypeError:
@@ -71,7 +81,7 @@ def host_view(obj: Any, role: str, writable: bool) -> HostView:
         raise InvalidArgumentError(f"{role}: the buffer ({type(obj).__name__}) is read-only")
     if mv.format != "B" or mv.ndim != 1:
         mv = mv.cast("B") if mv.nbytes else memoryview(b"")
-    return HostView(mv, _address(mv), mv.readonly)
+    return _host_view(mv, _address(mv), mv.readonly)
 
 
 def view_at(address: int, size: int) -> memoryview:

@@ -64,7 +64,7 @@ class GenericContext:
         self._lock = threading.RLock()
         self._owned: dict[int, Owned] = {}  # programs, queues, allocations made in this context
         self._internal: dict[int, QueueCore] = {}
-        self._pools: dict[tuple[int, AllocKind], CachingAllocator] = {}
+        self._pools: dict[tuple[int, int], CachingAllocator] = {}
         self._connections: dict[tuple[Any, ...], MemoryConnection] = {}
         self.handle = self._disp.context_create_impl([d.handle for d in self.devices])
         self._live = True
@@ -121,7 +121,7 @@ class GenericContext:
 
     def pool(self, device: GenericDevice | None, kind: AllocKind) -> CachingAllocator:
         """The caching allocator for ``kind`` memory of ``device`` (``None`` for HOST memory)."""
-        key = (id(device), kind)
+        key = (id(device), id(kind))  # ids: hashing an Enum member runs Python code
         pool = self._pools.get(key)
         if pool is None:
             with self._lock:
@@ -216,12 +216,12 @@ class GenericContext:
                 queue.close(at_exit)
             except Exception as exc:
                 warn_teardown(f"closing {queue!r}", exc)
-        for (_, kind), pool in pools:
+        for _, pool in pools:
             for base in pool.release_all():
                 try:
                     pool._free(base)
                 except Exception as exc:
-                    warn_teardown(f"releasing cached {kind.name} memory of {self!r}", exc)
+                    warn_teardown(f"releasing cached memory of {self!r}", exc)
         if self.platform.default_context_slot is self:
             self.platform.default_context_slot = None
         self._disp.context_destroy_impl(self.handle)

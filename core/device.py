@@ -67,8 +67,9 @@ class Limits:
         self.local_memory: int = int(info.get("local_memory_bytes") or UNLIMITED)
         self.max_alloc: int = int(info.get("max_alloc_bytes") or UNLIMITED)
         kinds = info.get("memory_kinds")
-        self.kinds: frozenset[AllocKind] = (frozenset(AllocKind) if kinds is None
-                                             else frozenset(AllocKind[str(k).upper()] for k in kinds))
+        # A tuple: membership by identity, without hashing Enum members (which runs Python code).
+        self.kinds: tuple[AllocKind, ...] = (tuple(AllocKind) if kinds is None
+                                              else tuple(AllocKind[str(k).upper()] for k in kinds))
 
 
 class GenericDevice:
@@ -87,6 +88,10 @@ class GenericDevice:
         self._info: dict[str, Any] | None = None
         self._limits: Limits | None = None
         self.pins = PinnedMap()
+        # Whether this device's memory is the host's own (its type is HOST): every pointer of it is
+        # a host pointer, and copies to and from it are plain ``memmove``.  (An attribute, not a
+        # property: hot paths read it.)
+        self.host_memory = desc.type is DeviceType.HOST
 
     @property
     def backend(self) -> str:
@@ -98,12 +103,6 @@ class GenericDevice:
         if self.type is DeviceType.HOST:
             return f"{self.backend}-{self.index}"
         return f"{self.backend}-{self.platform.short_name}-{self.type.value}-{self.index}"
-
-    @property
-    def host_memory(self) -> bool:
-        """Whether this device's memory is the host's own (its type is HOST): every pointer of it
-        is a host pointer, and copies to and from it are plain ``memmove``."""
-        return self.type is DeviceType.HOST
 
     @property
     def info(self) -> dict[str, Any]:

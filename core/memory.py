@@ -37,6 +37,7 @@ from .errors import (
 )
 from .pool import Block, CachingAllocator
 from .queue_core import QueueCore, running_host_function
+from . import runtime as _runtime
 from .runtime import CLOSING, LIVE, Runtime, active, dead_runtime_error, warn_teardown
 from .tracking import origin
 
@@ -403,7 +404,7 @@ def allocate(ctx: GenericContext, device: GenericDevice | None, size: Any, kind:
         if size > limits.max_alloc:
             raise OutOfResourcesError(
                 f"alloc of {size} bytes exceeds the largest allocation of {device.id} ({limits.max_alloc} bytes)")
-    pool = ctx._pools.get((id(device), kind)) or ctx.pool(device, kind)
+    pool = ctx._pools.get((id(device), id(kind))) or ctx.pool(device, kind)
     block = pool.take(size, queue)
     rt = ctx._rt
     alloc = _new(Allocation)
@@ -508,7 +509,7 @@ def lookup(ptr: int, what: str) -> tuple[Allocation, int]:
 def mem_info(ptr: Allocation | int) -> MemInfo:
     """Describe the allocation containing ``ptr`` (any address inside it, or the Allocation)."""
     if type(ptr) is int:
-        rt = active()
+        rt = _runtime.CURRENT
         hit = rt.registry.find(ptr) if rt is not None and rt.state is LIVE else None
         if hit is None:
             lookup(ptr, "mem_info")  # raises the right error

@@ -115,15 +115,12 @@ class CachingAllocator:
     def enabled(self) -> bool:
         return self.max_request != 0
 
-    def pools(self, size: int) -> bool:
-        bound = self.max_request
-        return bound is None or (bound != 0 and size <= bound)
-
     # -- the hot path -------------------------------------------------------------------------
 
     def take(self, size: int, queue: Any = None) -> Block:
         """A block of at least ``size`` bytes, usable by work on ``queue`` (``None``: right away)."""
-        if not self.pools(size):
+        bound = self.max_request
+        if bound is not None and (bound == 0 or size > bound):
             return self._unpooled(size)
         need = (size + ROUND - 1) & ~(ROUND - 1)
         with self._lock:
@@ -158,7 +155,13 @@ class CachingAllocator:
             block.queue = queue
             block.seq = seq
             self.in_use -= block.size
-            self._put(block)
+            block.free = True
+            free = self._lists.get(block.size)
+            if free is not None:  # written out: the common case is counted in frames
+                free.append(block)
+            else:
+                self._lists[block.size] = [block]
+                insort(self._sizes, block.size)
 
     # -- the slow path ------------------------------------------------------------------------
 

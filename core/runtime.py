@@ -103,6 +103,9 @@ def dead_runtime_error(rt: Runtime | None) -> OffloadError:
 
 _lock = threading.RLock()
 _current: Runtime | None = None
+CURRENT: Runtime | None = None
+"""The runtime if one is initialised, else ``None`` (what :func:`active` returns, as a module
+attribute for the hot paths that read it without a call)."""
 _wrapper_factories: list[WrapperFactory] = []
 
 
@@ -111,10 +114,10 @@ def active() -> Runtime | None:
     return _current
 
 
-def install(rt: Runtime) -> None:
+def install(rt: Runtime | None) -> None:
     """Make ``rt`` the process's runtime (the public layer calls this once it is built)."""
-    global _current
-    _current = rt
+    global _current, CURRENT
+    _current = CURRENT = rt
 
 
 def lock() -> threading.RLock:
@@ -235,14 +238,13 @@ def shutdown() -> None:
     process after ``fork()``, it discards the inherited runtime without touching the parent's
     drivers.
     """
-    global _current
     with _lock:
         rt = _current
         if rt is None:
             raise OffloadError(
                 "shutdown() called but pyoffload is not initialised (already shut down?)", Errc.UNINITIALIZED
             )
-        _current = None
+        install(None)
     if rt.state is FORKED:
         return
     teardown(rt)
@@ -266,8 +268,8 @@ _shutdown_callbacks: list[Callable[[], None]] = []
 
 
 def _atexit_teardown() -> None:
-    global _current
-    rt, _current = _current, None
+    rt = _current
+    install(None)
     if rt is None or rt.state is FORKED or rt.pid != os.getpid():
         return
     try:

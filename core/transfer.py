@@ -42,24 +42,27 @@ _memmove = ctypes.memmove
 
 
 class End:
-    """One side of a copy or fill: host memory (``hv`` or ``host_ok``) and/or memory of a device."""
+    """One side of a copy or fill: host memory (``hv`` or ``host_ok``) and/or memory of a device.
 
-    __slots__ = ("addr", "avail", "hv", "alloc", "device", "ctx", "host_ok", "writable")
+    Made with ``End.__new__`` and only the fields that differ from these defaults set: it is
+    built twice per copy, on a path counted in frames."""
 
-    def __init__(self) -> None:
-        self.addr = 0
-        self.avail = 0
-        self.hv: HostView | None = None
-        self.alloc: Allocation | None = None
-        self.device: GenericDevice | None = None
-        self.ctx: GenericContext | None = None
-        self.host_ok = False
-        self.writable = True
+    addr = 0
+    avail = 0
+    hv: HostView | None = None
+    alloc: Allocation | None = None
+    device: GenericDevice | None = None
+    ctx: GenericContext | None = None
+    host_ok = False
+    writable = True
+
+
+_new_end = object.__new__
 
 
 def resolve(obj: Any, role: str, writable: bool) -> End:
     """What ``obj`` (an Allocation, a pointer, a global, a host buffer) names, checked."""
-    end = End()
+    end = _new_end(End)
     t = type(obj)
     if t is Allocation:
         if not obj._live:
@@ -264,7 +267,7 @@ def _staged(d: End, s: End, size: int) -> None:
 
 
 def _sub(end: End, offset: int) -> End:
-    out = End()
+    out = _new_end(End)
     out.addr, out.avail = end.addr + offset, end.avail - offset
     out.alloc, out.device, out.ctx, out.host_ok, out.writable = end.alloc, end.device, end.ctx, end.host_ok, end.writable
     if end.hv is not None:
@@ -273,7 +276,7 @@ def _sub(end: End, offset: int) -> End:
 
 
 def _host_end(view: memoryview) -> End:
-    end = End()
+    end = _new_end(End)
     end.hv = HostView(view, ctypes.addressof(ctypes.c_char.from_buffer(view)), False)
     end.addr, end.avail, end.host_ok = end.hv.address, view.nbytes, True
     return end
