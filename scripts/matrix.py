@@ -19,8 +19,13 @@ ROOT = Path(__file__).resolve().parent.parent
 CONFORMANCE = ["-p", "pyoffload.testing", "--pyargs", "pyoffload.conformance"]
 
 
-def rows() -> list[tuple[str, dict[str, str], list[str], str | None]]:
-    """(name, extra environment, pytest arguments, backend whose devices must appear)."""
+Row = tuple[str, dict[str, str], list[str], str | None, str]
+OTHER_PYTHONS = ("3.12", "3.13")  # besides the main environment's 3.11: core and OpenCL rows
+
+
+def rows() -> list[Row]:
+    """(name, extra environment, pytest arguments, backend whose devices must appear, python)."""
+    py = sys.executable
     out: list[tuple[str, dict[str, str], list[str], str | None]] = [
         # the core's own tests use the host backend and their own test backends only
         ("unit", {"PYOFFLOAD_PLUGINS": "twin,opencl", "POCL_DEVICES": "pthread pthread"}, [str(ROOT / "tests")], None),
@@ -38,7 +43,18 @@ def rows() -> list[tuple[str, dict[str, str], list[str], str | None]]:
         out.append(("cuda-fake", {"PYOFFLOAD_PLUGINS": "cuda", "PYOFFLOAD_CUDA_DRIVER": "fake"}, CONFORMANCE, "cuda"))
     if "amdgpu" in plugins:
         out.append(("amdgpu-fake", {"PYOFFLOAD_PLUGINS": "amdgpu", "PYOFFLOAD_AMDGPU_DRIVER": "fake"}, CONFORMANCE, "amdgpu"))
-    return out
+    full: list[Row] = [(*row, py) for row in out]
+    for version in OTHER_PYTHONS:
+        other = str(ROOT / f".venv-{version}" / "bin" / "python")
+        tag = "py" + version.replace(".", "")
+        full += [
+            (f"unit-{tag}", out[0][1], out[0][2], None, other),
+            (f"host-{tag}", {"PYOFFLOAD_PLUGINS": ""}, CONFORMANCE, "host", other),
+        ]
+        if "opencl" in plugins:
+            full.append((f"opencl-2dev-{tag}", {"PYOFFLOAD_PLUGINS": "opencl", "POCL_DEVICES": "pthread pthread"},
+                         CONFORMANCE, "opencl", other))
+    return full
 
 
 def count(junit: Path, backend: str | None) -> dict[str, int]:
@@ -66,12 +82,12 @@ def main() -> int:
     results = []
     ok = True
     with tempfile.TemporaryDirectory(prefix="pyoffload-matrix-") as tmp:
-        for name, env_extra, pytest_args, backend in rows():
+        for name, env_extra, pytest_args, backend, python in rows():
             if args.only and name not in args.only:
                 continue
             junit = Path(tmp) / f"{name}.xml"
             env = dict(os.environ, **env_extra)
-            cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}",
+            cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}",
                    *pytest_args, *extra]
             print(f"\n=== row {name}: {' '.join(f'{k}={v!r}' for k, v in env_extra.items())}", flush=True)
             rc = subprocess.run(cmd, cwd=tempfile.gettempdir() if pytest_args is CONFORMANCE else ROOT, env=env).returncode
@@ -87,9 +103,9 @@ def main() -> int:
             ok = ok and not problem
             results.append((name, c, problem))
     print("\npyoffload test matrix")
-    print(f"{'row':<14} {'passed':>7} {'skipped':>8} {'failed':>7}  problem")
+    print(f"{'row':<18} {'passed':>7} {'skipped':>8} {'failed':>7}  problem")
     for name, c, problem in results:
-        print(f"{name:<14} {c['passed']:>7} {c['skipped']:>8} {c['failed']:>7}  {problem}")
+        print(f"{name:<18} {c['passed']:>7} {c['skipped']:>8} {c['failed']:>7}  {problem}")
     passed = sum(c["passed"] for _, c, _ in results)
     failed = sum(c["failed"] for _, c, _ in results)
     skipped = sum(c["skipped"] for _, c, _ in results)

@@ -30,3 +30,22 @@ for plugin in plugins/*/; do
   fi
   python -m pip install -q -e "$plugin"
 done
+
+# Python 3.12 and 3.13 environments for the matrix rows that run the core and OpenCL tests on
+# every supported interpreter (pyenv provides them; the C extension builds for each).
+for v in 3.12 3.13; do
+  py=""
+  if command -v pyenv >/dev/null; then
+    py=$(ls -d "$(pyenv root)"/versions/"$v".*/bin/python 2>/dev/null | sort -V | tail -n 1)
+  fi
+  if [ -z "$py" ] && "python$v" -c pass 2>/dev/null; then
+    py=$(command -v "python$v")
+  fi
+  if [ -z "$py" ]; then
+    echo "setup: Python $v not found (install it, e.g. pyenv install $v)" >&2
+    exit 1
+  fi
+  [ -x ".venv-$v/bin/python" ] || "$py" -m venv ".venv-$v"
+  ".venv-$v/bin/python" -m pip install -q --upgrade pip >/dev/null
+  ".venv-$v/bin/python" -m pip install -q -e ".[test]" -e plugins/opencl
+done
