@@ -12,7 +12,9 @@ it is ordered there and returns its :class:`~pyoffload.Event`.  How a copy is ca
 * anything else (two backends, no direct path, overlapping ranges the backend cannot copy):
   staged through a bounded host buffer, chunk by chunk.
 
-A queue orders the copy when it belongs to the context of the memory it touches (it runs the
+A copy or fill without a queue first waits for the queued work that uses its memory (as a free
+does), so it never races a queued operation on the same bytes.  A queue orders the copy when it
+belongs to the context of the memory it touches (it runs the
 copy itself) or to another backend (the copy then runs as a host function on it: later work on the
 queue waits for it, the caller does not).  A queue of the same backend but another context is an
 ``INVALID_ARGUMENT`` error: the copy could not be ordered there.  Every allocation a queued copy or
@@ -117,6 +119,16 @@ def _host(end: End, size: int) -> memoryview:
     return hv.view[:size] if hv is not None else view_at(end.addr, size)
 
 
+def _wait_for_users(*ends: End) -> None:
+    """Before a synchronous operation: let queued work on the same memory finish first."""
+    for end in ends:
+        alloc = end.alloc
+        if alloc is not None and alloc._users:
+            for queue, seq in list(alloc._users.items()):
+                if seq > queue._done and queue._live:
+                    queue.wait_done(seq)
+
+
 def _record_use(end: End, queue: QueueCore, seq: int) -> None:
     alloc = end.alloc
     if alloc is not None and alloc.owned:
@@ -166,6 +178,8 @@ def memcpy(dst: Any, src: Any, size: Any = None, queue: QueueCore | None = None)
         raise InvalidSizeError(f"memcpy size {size} writes past the end of dst ({d.avail} bytes available)")
     if queue is None:
         if size:
+            if d.alloc is not None and d.alloc._users or s.alloc is not None and s.alloc._users:
+                _wait_for_users(d, s)
             _copy_now(d, s, size)
         return None
     native = _check_queue(queue, d, s, "memcpy")
@@ -327,6 +341,8 @@ def memfill(ptr: Any, pattern: Any, size: Any = None, queue: QueueCore | None = 
     pat = narrowed(pat)
     if queue is None:
         if size:
+            if end.alloc is not None and end.alloc._users:
+                _wait_for_users(end)
             _fill_now(end, pat, size)
         return None
     native = _check_queue(queue, end, None, "memfill")

@@ -34,20 +34,25 @@ class HostQueue:
     def __init__(self, profiling: bool) -> None:
         self.profiling = profiling
         self._items: _queue.SimpleQueue[Any] = _queue.SimpleQueue()
-        self.submitted = 0  # the generic layer serialises submissions on one queue
+        self.submitted = 0
         self.completed = 0
+        self._count = threading.Lock()
         self.error: BaseException | None = None  # sticky: the first failure of this queue's work
         self._thread = threading.Thread(target=self._run, name="pyoffload-host-queue", daemon=True)
         self._thread.start()
 
     def submit(self, fn: Callable[..., Any], args: tuple[Any, ...] = ()) -> None:
-        self.submitted += 1
-        self._items.put((fn, args))
+        with self._count:
+            self.submitted += 1
+            self._items.put((fn, args))
 
     def marker(self) -> HostEvent:
+        """An event the worker sets when it reaches it.  ``synchronize`` records one without the
+        generic layer's queue lock, so the count and the order are kept under a lock of ours."""
         event = HostEvent()
-        self.submitted += 1
-        self._items.put(event)
+        with self._count:
+            self.submitted += 1
+            self._items.put(event)
         return event
 
     def _run(self) -> None:
