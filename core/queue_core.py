@@ -423,7 +423,10 @@ class QueueCore:
                 finished = False
             if not finished:
                 raise
-            self._advance(self._submitted)  # the failed work has finished: the queue reports it
+            # The failed work has finished: release what it used; its queue reports the failure.
+            with self._lock:
+                self._unreported.append(exc)
+            self._advance(self._submitted)
 
     def _wait_until(self, seq: int) -> None:
         with self._lock:
@@ -526,7 +529,8 @@ class QueueCore:
     def close(self, at_exit: bool = False) -> None:
         """Wait for outstanding work, then release the backend queue; later use is an error.
         Interrupted while waiting, the queue stays usable.  At interpreter exit the wait is
-        bounded: work that never completes leaves the queue (and what it uses) leaked."""
+        bounded: work that never completes leaves the queue (and what it uses) leaked.  A failure
+        of its work that no queue-wide wait reported is a ``TeardownWarning``."""
         self._check_self_wait(self._seq)
         with self._lock:
             if not self._live:
@@ -556,6 +560,9 @@ class QueueCore:
         for action in deferred:
             action()
         self._disp.queue_destroy_impl(self._dh, self.handle)
+        if self._unreported:  # failures no queue-wide wait reported: the last chance to tell
+            errors, self._unreported = self._unreported, []
+            warn_teardown(f"work on {self._name} before it was destroyed", errors[0])
 
     def __repr__(self) -> str:
         return f"<{self._name}{'' if self._live else ' destroyed'}>"

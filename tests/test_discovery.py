@@ -78,7 +78,7 @@ def _reports(site: Path, **env: str) -> list[dict]:
         import json, pyoffload, numpy as np
         dev = pyoffload.host_device()
         a = dev.alloc(64); pyoffload.memcpy(a, np.arange(16, dtype=np.int32)); a.free()
-        print(json.dumps([r.__dict__ for r in pyoffload.plugins()]))
+        print(json.dumps([r.as_dict() for r in pyoffload.plugins()]))
     """)
     base = {k: v for k, v in os.environ.items() if k != "PYOFFLOAD_PLUGINS"}
     full_env = dict(base, PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]), **env)

@@ -27,22 +27,41 @@ from .dispatch import Dispatcher
 HOST_BACKEND = "host"
 
 
-@dataclasses.dataclass
 class PluginReport:
     """What happened to one plugin.
 
     ``status`` is ``ok``, ``no devices``, ``failed``, ``incompatible``, ``conflict`` or
     ``disabled``; ``reason`` says why for all but ``ok``; ``hook_api`` is the version the plugin
-    declared (``None`` if it declared none or was not imported).
+    declared (``None`` if it declared none or was not imported).  ``distribution`` and ``version``
+    are read from the installed metadata when first asked for: parsing it costs more than a start
+    that never looks at them should pay.
     """
 
-    name: str
-    distribution: str
-    version: str
-    status: str
-    reason: str = ""
-    devices: int = 0
-    hook_api: tuple[int, int] | None = None
+    def __init__(self, name: str, dist: Any, status: str, reason: str = "") -> None:
+        self.name = name
+        self._dist = dist  # an importlib.metadata.Distribution, or (name, version) for the source tree
+        self.status = status
+        self.reason = reason
+        self.devices = 0
+        self.hook_api: tuple[int, int] | None = None
+
+    @property
+    def distribution(self) -> str:
+        d = self._dist
+        return d[0] if isinstance(d, tuple) else (d.name if d is not None else "?")
+
+    @property
+    def version(self) -> str:
+        d = self._dist
+        return d[1] if isinstance(d, tuple) else (d.version if d is not None else "?")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "distribution": self.distribution, "version": self.version,
+                "status": self.status, "reason": self.reason, "devices": self.devices,
+                "hook_api": list(self.hook_api) if self.hook_api else None}
+
+    def __repr__(self) -> str:
+        return f"<PluginReport {self.line()}>"
 
     def line(self) -> str:
         text = f"{self.name:<10} {self.distribution} {self.version}: {self.status}"
@@ -64,7 +83,7 @@ class Backend:
     report: PluginReport
 
 
-EntryPoint = tuple[str, str, str, Any]  # (name, distribution, version, entry point or module)
+EntryPoint = tuple[str, Any, Any]  # (name, distribution or (name, version), entry point or module)
 
 
 def _reason(exc: BaseException) -> str:
@@ -74,14 +93,12 @@ def _reason(exc: BaseException) -> str:
 def entry_points() -> list[EntryPoint]:
     """Every plugin entry point, with the built-in host backend even when running from a source
     tree that is not installed."""
-    found: list[EntryPoint] = []
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        dist = getattr(ep, "dist", None)
-        found.append((ep.name, dist.name if dist else "?", dist.version if dist else "?", ep))
+    found: list[EntryPoint] = [(ep.name, getattr(ep, "dist", None), ep)
+                               for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)]
     if not any(name == HOST_BACKEND for name, *_ in found):
         from ..host import plugin as host_plugin
 
-        found.append((HOST_BACKEND, PROJECT, "source", host_plugin))
+        found.append((HOST_BACKEND, (PROJECT, "source"), host_plugin))
     return found
 
 
@@ -133,13 +150,14 @@ def load_backends(allow: frozenset[str] | None, wrappers_for: Callable[[str], li
     reports: list[PluginReport] = []
     for name, claimants in by_name.items():
         if len(claimants) > 1:
-            dists = ", ".join(sorted(f"{d} {v}" for _, d, v, _ in claimants))
-            for _, dist, version, _ in claimants:
-                reports.append(PluginReport(name, dist, version, "conflict",
-                                            f"backend name {name!r} is claimed by {dists}"))
+            conflicting = [PluginReport(name, dist, "conflict") for _, dist, _ in claimants]
+            dists = ", ".join(sorted(f"{r.distribution} {r.version}" for r in conflicting))
+            for r in conflicting:
+                r.reason = f"backend name {name!r} is claimed by {dists}"
+            reports += conflicting
             continue
-        _, dist, version, ep = claimants[0]
-        report = PluginReport(name, dist, version, "ok")
+        _, dist, ep = claimants[0]
+        report = PluginReport(name, dist, "ok")
         reports.append(report)
         if allow is not None and name not in allow and name != HOST_BACKEND:
             report.status, report.reason = "disabled", "not in PYOFFLOAD_PLUGINS"

@@ -21,8 +21,8 @@ import twin_backend  # noqa: E402
 
 
 def _with_twin(original: Any) -> Any:
-    def entry_points() -> list[tuple[str, str, str, Any]]:
-        return [*original(), (twin_backend.NAME, "pyoffload-reliability-twin", "0", twin_backend)]
+    def entry_points() -> list[tuple[str, Any, Any]]:
+        return [*original(), (twin_backend.NAME, ("pyoffload-reliability-twin", "0"), twin_backend)]
 
     return entry_points
 

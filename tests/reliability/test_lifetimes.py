@@ -209,6 +209,8 @@ def test_host_function_waiting_on_its_own_queue_is_an_error(dev):
         ev.wait()
     assert "host function" in str(err.value)
     assert isinstance(err.value.__cause__, OffloadError) and err.value.__cause__.errc is Errc.INVALID_QUEUE
+    with pytest.raises(OffloadError):
+        q.wait()  # and once on the queue
     q.destroy()
 
 
