@@ -19,8 +19,8 @@ def _info(args: argparse.Namespace) -> int:
                     print(f"      {key} = {value}")
             else:
                 info = dev.info
-                keys = ("memory_bytes", "compute_units", "architecture", "driver_version")
-                print("      " + ", ".join(f"{k}={info[k]}" for k in keys if k in info))
+                keys = ("global_memory_bytes", "compute_units", "max_work_group_size", "driver_version")
+                print("      " + ", ".join(f"{k}={info[k]}" for k in keys if info.get(k) is not None))
     return 0
 
 
@@ -28,7 +28,10 @@ def _plugins(args: argparse.Namespace) -> int:
     import pyoffload
 
     for report in pyoffload.plugins():
-        print(report.line())
+        line = report.line()
+        if report.hook_api is not None and args.verbose:
+            line += f" [hook API {report.hook_api[0]}.{report.hook_api[1]}]"
+        print(line)
     return 0
 
 
@@ -87,7 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     info = sub.add_parser("info", help="list platforms and devices")
     info.add_argument("-v", "--verbose", action="store_true", help="every info key")
     info.set_defaults(func=_info)
-    sub.add_parser("plugins", help="each installed backend: ok, no devices (why), failed (why)").set_defaults(func=_plugins)
+    plugins = sub.add_parser("plugins", help="each installed backend: ok, no devices, failed, incompatible (why)")
+    plugins.add_argument("-v", "--verbose", action="store_true", help="the hook API version each plugin declares")
+    plugins.set_defaults(func=_plugins)
     sub.add_parser("demo", help="load a program on every device, launch, read a global, unload").set_defaults(func=_demo)
     args = parser.parse_args(argv)
     return int(args.func(args))
