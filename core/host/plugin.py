@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import ctypes
+import operator
 import os
 import platform as _platform
 import sys
@@ -219,7 +220,8 @@ def get_global_impl(device: Any, program: HostProgram, name: str) -> tuple[int, 
 
 # -- launches -----------------------------------------------------------------------------
 
-_SCALAR_CTYPES = {
+_CTYPES = {
+    "ptr": ctypes.c_void_p,
     "i8": ctypes.c_int8, "i16": ctypes.c_int16, "i32": ctypes.c_int32, "i64": ctypes.c_int64,
     "u8": ctypes.c_uint8, "u16": ctypes.c_uint16, "u32": ctypes.c_uint32, "u64": ctypes.c_uint64,
     "f32": ctypes.c_float, "f64": ctypes.c_double,
@@ -232,10 +234,12 @@ def kernel_packer_impl(device: Any, kernel: HostKernel, kinds: tuple[str, ...]) 
         raise UnsupportedError("host backend: C has no portable half-precision parameter type")
     if all(kind == "ptr" for kind in kinds):
         return _pointers
-    converters = tuple(_converter(kind) for kind in kinds)
+    # ctypes types take numpy scalars and Python numbers as they are (the generic layer has
+    # range-checked them), so packing is one C-level map with no Python frame per argument.
+    converters = tuple(_local if kind == "local" else _CTYPES[kind] for kind in kinds)
 
     def pack(values: tuple[Any, ...]) -> tuple[Any, ...]:
-        return tuple(convert(v) for convert, v in zip(converters, values))
+        return tuple(map(operator.call, converters, values))
 
     return pack
 
@@ -246,15 +250,6 @@ def _pointers(values: tuple[Any, ...]) -> tuple[Any, ...]:
 
 def _local(local: Any) -> Any:
     return (ctypes.c_char * local.size)()  # fresh per launch: work-group scratch
-
-
-def _converter(kind: str) -> Callable[[Any], Any]:
-    if kind == "ptr":
-        return ctypes.c_void_p
-    if kind == "local":
-        return _local
-    ctype = _SCALAR_CTYPES[kind]
-    return lambda value: ctype(value.item())
 
 
 @hookimpl
