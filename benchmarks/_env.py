@@ -90,7 +90,7 @@ def targets(wanted: set[str] | None = None) -> list[Target]:
         if dev.backend in seen or (wanted and dev.backend not in wanted):
             continue
         seen.add(dev.backend)
-        images = dev._disp.conformance_images_impl(dev.handle)
+        images = dev.disp.conformance_images_impl(dev.handle)
         t = Target(dev, dev.backend, images)
         if dev.backend == "opencl":
             t.raw = _raw_opencl(dev)

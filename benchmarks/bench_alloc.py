@@ -58,7 +58,7 @@ def _raw_batch(d: Dev, size: int) -> tuple[Any, str]:
 
 def _alloc_free(d: Dev, cfg: Any) -> list[Figure]:
     dev = d.device
-    rt = dev._rt
+    rt = dev.rt
     alloc, free = dev.alloc, pyoffload.free
     figs = []
     for size in sizes(cfg.quick):

@@ -87,9 +87,9 @@ def dispatch(devs: list[Dev], cfg: Any) -> list[Figure]:
         dev = d.device
         q = dev.create_queue()
         dh, qh = dev.handle, q.handle
-        hook = dev._backend.pm.hook.queue_query_impl
+        hook = dev.plugin.pm.hook.queue_query_impl
         impl = [i for i in hook.get_hookimpls() if not (i.wrapper or i.hookwrapper)][-1].function
-        disp = dev._disp
+        disp = dev.disp
 
         def direct(n: int) -> None:
             for _ in range(n):
@@ -119,7 +119,7 @@ def dispatch(devs: list[Dev], cfg: Any) -> list[Figure]:
         base = "the backend's queue_query_impl called directly"
         b = d.backend
         figs += [
-            Figure("dispatch", "one dispatch (device._disp.queue_query_impl)", b, "", "us", us(t["dispatched"]),
+            Figure("dispatch", "one dispatch (device.disp.queue_query_impl)", b, "", "us", us(t["dispatched"]),
                    base, us(t["direct"])),
             Figure("dispatch", "one pluggy hook call (pm.hook.queue_query_impl)", b, "", "us", us(t["pluggy"]),
                    base, us(t["direct"])),

@@ -52,10 +52,10 @@ static PyBufferProcs BufferBase_as_buffer = {
 
 static PyMemberDef BufferBase_members[] = {
     {"ptr", T_ULONGLONG, offsetof(BufferBase, ptr), 0, "the address of the first byte"},
-    {"_nbytes", T_PYSSIZET, offsetof(BufferBase, nbytes), 0, "bytes the buffer protocol exports"},
-    {"_exportable", T_BOOL, offsetof(BufferBase, exportable), 0, "whether the memory may be exported"},
-    {"_readonly", T_BOOL, offsetof(BufferBase, readonly), 0, "whether exports are read-only"},
-    {"_exports", T_PYSSIZET, offsetof(BufferBase, exports), READONLY, "live buffer exports"},
+    {"nbytes", T_PYSSIZET, offsetof(BufferBase, nbytes), 0, "bytes the buffer protocol exports"},
+    {"exportable", T_BOOL, offsetof(BufferBase, exportable), 0, "whether the memory may be exported"},
+    {"readonly", T_BOOL, offsetof(BufferBase, readonly), 0, "whether exports are read-only"},
+    {"export_count", T_PYSSIZET, offsetof(BufferBase, exports), READONLY, "live buffer exports"},
     {NULL}
 };
 

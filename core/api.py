@@ -124,7 +124,7 @@ class Device(GenericDevice):
         other factories below."""
         ctx = self.platform.default_context_slot
         if ctx is None or not ctx.alive:
-            with self._rt.lock:
+            with self.rt.lock:
                 ctx = self.platform.default_context_slot
                 if ctx is None or not ctx.alive:
                     ctx = self.platform.default_context_slot = Context(self.platform.devices)
@@ -133,7 +133,7 @@ class Device(GenericDevice):
     def alloc(self, size: int, kind: AllocKind = AllocKind.DEVICE) -> Allocation:
         """Allocate in the default context; HOST memory belongs to no device."""
         ctx = self.platform.default_context_slot
-        if ctx is None or not ctx._live:
+        if ctx is None or not ctx.live:
             ctx = self.default_context
         return allocate(ctx, self, size, kind)
 
@@ -217,7 +217,7 @@ def _init_backend(rt: Runtime, backend: Backend, settings: Settings) -> bool:
         if platform.devices:
             rt.platforms.append(platform)
             rt.devices.extend(platform.devices)
-    report.devices = sum(len(p.devices) for p in rt.platforms if p._backend is backend)
+    report.devices = sum(len(p.devices) for p in rt.platforms if p.plugin is backend)
     if not report.devices:
         report.status = "no devices"
         report.reason = "PYOFFLOAD_DEVICES selects none" if index else "the backend reported none"

@@ -66,7 +66,7 @@ def build(device: Any, source: Any, options: Sequence[str] = (), cache: bool = T
     if isinstance(options, str) or not all(isinstance(o, str) for o in options):
         raise TypeError(f"build_program options must be a sequence of str, got {got(options)}")
     opts = tuple(options)
-    disp = device._disp
+    disp = device.disp
     compiler = disp.compiler_id_impl(device.handle) if cache and settings.flag("PYOFFLOAD_BUILD_CACHE", True) else None
     path = None
     if compiler:

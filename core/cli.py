@@ -41,7 +41,7 @@ def demo_on(device: Any) -> None:
 
     import pyoffload
 
-    images = device._disp.conformance_images_impl(device.handle)
+    images = device.disp.conformance_images_impl(device.handle)
     if not images:
         print(f"{device.id}: the backend ships no demo programs")
         return

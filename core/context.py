@@ -24,9 +24,9 @@ class Owned(Protocol):
     """Programs, queues and allocations a context releases on close, lowest rank first
     (programs' destructors run on the internal queue, then queues, then memory)."""
 
-    _teardown_rank: int
+    teardown_rank: int
 
-    def _teardown(self, at_exit: bool) -> None: ...
+    def teardown(self, at_exit: bool) -> None: ...
 
 
 class GenericContext:
@@ -57,37 +57,37 @@ class GenericContext:
             raise InvalidArgumentError(f"a device is listed twice: {', '.join(d.id for d in devs)}")
         self.devices: tuple[GenericDevice, ...] = tuple(devs)
         self.platform = devs[0].platform
-        self._rt = self.platform._rt
-        self._rt.check_alive()
-        self._backend = self.platform._backend
-        self._disp = self._backend.dispatch
+        self.rt = self.platform.rt
+        self.rt.check_alive()
+        self.plugin = self.platform.plugin
+        self.disp = self.plugin.dispatch
         self._lock = threading.RLock()
-        self._owned: dict[int, Owned] = {}  # programs, queues, allocations made in this context
-        self._internal: dict[int, QueueCore] = {}
-        self._pools: dict[tuple[int, int], CachingAllocator] = {}
+        self.owned_objects: dict[int, Owned] = {}  # programs, queues, allocations made in this context
+        self.internal_queues: dict[int, QueueCore] = {}
+        self.pools: dict[tuple[int, int], CachingAllocator] = {}
         self._connections: dict[tuple[Any, ...], MemoryConnection] = {}
-        self.handle = self._disp.context_create_impl([d.handle for d in self.devices])
-        self._live = True
-        with self._rt.lock:
-            self._rt.contexts.append(self)
+        self.handle = self.disp.context_create_impl([d.handle for d in self.devices])
+        self.live = True
+        with self.rt.lock:
+            self.rt.contexts.append(self)
 
     @property
     def backend(self) -> str:
-        return self._backend.name
+        return self.plugin.name
 
     @property
     def alive(self) -> bool:
-        return self._live
+        return self.live
 
     @property
     def native(self) -> Any:
         """The vendor's own context object, where the backend has one."""
-        return self._disp.native_handle_impl("context", self.handle)
+        return self.disp.native_handle_impl("context", self.handle)
 
     def check_alive(self) -> None:
-        if not self._live:
-            if not self._rt.alive:
-                raise dead_runtime_error(self._rt)
+        if not self.live:
+            if not self.rt.alive:
+                raise dead_runtime_error(self.rt)
             raise InvalidHandleError(f"{self!r} was closed", Errc.INVALID_CONTEXT)
 
     def check_device(self, device: GenericDevice, what: str) -> None:
@@ -99,41 +99,41 @@ class GenericContext:
     def adopt(self, obj: Owned) -> None:
         with self._lock:
             self.check_alive()
-            self._owned[id(obj)] = obj
+            self.owned_objects[id(obj)] = obj
 
     def disown(self, obj: Owned) -> None:
         with self._lock:
-            self._owned.pop(id(obj), None)
+            self.owned_objects.pop(id(obj), None)
 
     def internal_queue(self, device: GenericDevice | None) -> QueueCore:
         """The context's own queue on ``device`` (its first device for HOST memory), on which the
         synchronous operations run as queued ones followed by a wait."""
         dev = device if device is not None and not device.host_memory else self.devices[0]
-        queue = self._internal.get(id(dev))
+        queue = self.internal_queues.get(id(dev))
         if queue is None:
             with self._lock:
                 self.check_alive()
-                queue = self._internal.get(id(dev))
+                queue = self.internal_queues.get(id(dev))
                 if queue is None:
                     queue = QueueCore(dev, self, False, f"internal queue of {self!r} on {dev.id}")
-                    self._internal[id(dev)] = queue
+                    self.internal_queues[id(dev)] = queue
         return queue
 
     def pool(self, device: GenericDevice | None, kind: AllocKind) -> CachingAllocator:
         """The caching allocator for ``kind`` memory of ``device`` (``None`` for HOST memory)."""
         key = (id(device), id(kind))  # ids: hashing an Enum member runs Python code
-        pool = self._pools.get(key)
+        pool = self.pools.get(key)
         if pool is None:
             with self._lock:
                 self.check_alive()
-                pool = self._pools.get(key)
+                pool = self.pools.get(key)
                 if pool is None:
                     pool = self._make_pool(device, kind)
-                    self._pools[key] = pool
+                    self.pools[key] = pool
         return pool
 
     def _make_pool(self, device: GenericDevice | None, kind: AllocKind) -> CachingAllocator:
-        disp, ch = self._disp, self.handle
+        disp, ch = self.disp, self.handle
         dh = device.handle if device is not None else None
 
         def backend_alloc(size: int) -> int:
@@ -144,12 +144,12 @@ class GenericContext:
 
         def release_siblings() -> int:
             released = 0
-            for (dev_id, _), other in list(self._pools.items()):
+            for (dev_id, _), other in list(self.pools.items()):
                 if dev_id == id(device) and other is not pool:
                     released += other.trim()
             return released
 
-        pool = CachingAllocator(backend_alloc, backend_free, self._rt.settings.pool_threshold, release_siblings)
+        pool = CachingAllocator(backend_alloc, backend_free, self.rt.settings.pool_threshold, release_siblings)
         return pool
 
     # -- memory connections -------------------------------------------------------------------
@@ -164,11 +164,11 @@ class GenericContext:
         answer = self._connections.get(key)
         if answer is not None:
             return answer
-        if self._backend is not other._backend:
+        if self.plugin is not other.plugin:
             # Only host memory on both sides is shared across backends.
             answer = MemoryConnection.UNIFIED if host_a and host_b else MemoryConnection.NONE
         else:
-            reported = self._disp.memory_connection_impl(
+            reported = self.disp.memory_connection_impl(
                 self.handle, None if host_a else device.handle,  # type: ignore[union-attr]
                 other.handle, None if host_b else other_device.handle)  # type: ignore[union-attr]
             if reported is not None:
@@ -189,28 +189,28 @@ class GenericContext:
         """Release everything made in the context (programs are unloaded, queues destroyed,
         allocations freed, each waiting for its work first), then the context itself.  Closing
         twice is harmless; using the context afterwards is ``INVALID_CONTEXT``."""
-        if not self._live:
+        if not self.live:
             return
         with self._lock:
-            owned = list(self._owned.values())
-        owned.sort(key=lambda o: o._teardown_rank)
+            owned = list(self.owned_objects.values())
+        owned.sort(key=lambda o: o.teardown_rank)
         for obj in owned:
-            obj._teardown(False)
+            obj.teardown(False)
         self._release(at_exit=False)
-        with self._rt.lock:
-            if self in self._rt.contexts:
-                self._rt.contexts.remove(self)
-            self._rt.epoch += 1
+        with self.rt.lock:
+            if self in self.rt.contexts:
+                self.rt.contexts.remove(self)
+            self.rt.epoch += 1
 
     def _release(self, at_exit: bool) -> None:
         with self._lock:
-            if not self._live:
+            if not self.live:
                 return
-            self._live = False
-            internal = list(self._internal.values())
-            pools = list(self._pools.items())
-            self._internal.clear()
-            self._pools.clear()
+            self.live = False
+            internal = list(self.internal_queues.values())
+            pools = list(self.pools.items())
+            self.internal_queues.clear()
+            self.pools.clear()
         for queue in internal:
             try:
                 queue.close(at_exit)
@@ -219,25 +219,25 @@ class GenericContext:
         for _, pool in pools:
             for base in pool.release_all():
                 try:
-                    pool._free(base)
+                    pool.backend_free(base)
                 except Exception as exc:
                     warn_teardown(f"releasing cached memory of {self!r}", exc)
         if self.platform.default_context_slot is self:
             self.platform.default_context_slot = None
-        self._disp.context_destroy_impl(self.handle)
+        self.disp.context_destroy_impl(self.handle)
 
-    def _abandon(self) -> None:
-        self._live = False
-        for queue in self._internal.values():
-            queue._abandon()
+    def abandon(self) -> None:
+        self.live = False
+        for queue in self.internal_queues.values():
+            queue.abandon()
 
-    def _teardown(self, at_exit: bool) -> None:
+    def teardown(self, at_exit: bool) -> None:
         """Shutdown: the runtime has released programs, queues and allocations already."""
         self._release(at_exit)
 
     def __repr__(self) -> str:
         ids = ",".join(d.id for d in self.devices)
-        return f"<pyoffload.Context {ids}{'' if self._live else ' closed'}>"
+        return f"<pyoffload.Context {ids}{'' if self.live else ' closed'}>"
 
 
 def _side(pair: Any, what: str) -> tuple[GenericContext, GenericDevice | None]:

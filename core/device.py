@@ -30,8 +30,8 @@ class Platform:
     """A backend's driver instance; devices of one platform can share a context."""
 
     def __init__(self, rt: Runtime, backend: Backend, desc: PlatformDesc) -> None:
-        self._rt = rt
-        self._backend = backend
+        self.rt = rt
+        self.plugin = backend
         self.name = desc.name
         self.vendor = desc.vendor
         self.version = desc.version
@@ -42,7 +42,7 @@ class Platform:
 
     @property
     def backend(self) -> str:
-        return self._backend.name
+        return self.plugin.name
 
     def __repr__(self) -> str:
         return f"<pyoffload.Platform {self.backend}:{self.name!r} devices={len(self.devices)}>"
@@ -82,11 +82,11 @@ class GenericDevice:
         self.type: DeviceType = desc.type
         self.handle = desc.handle
         self.index = index  # position among this backend's devices
-        self._backend = platform._backend
-        self._disp = platform._backend.dispatch
-        self._rt = platform._rt
+        self.plugin = platform.plugin
+        self.disp = platform.plugin.dispatch
+        self.rt = platform.rt
         self._info: dict[str, Any] | None = None
-        self._limits: Limits | None = None
+        self.limits_cache: Limits | None = None
         self.pins = PinnedMap()
         # Whether this device's memory is the host's own (its type is HOST): every pointer of it is
         # a host pointer, and copies to and from it are plain ``memmove``.  (An attribute, not a
@@ -95,7 +95,7 @@ class GenericDevice:
 
     @property
     def backend(self) -> str:
-        return self._backend.name
+        return self.plugin.name
 
     @property
     def id(self) -> str:
@@ -109,8 +109,8 @@ class GenericDevice:
         """The device's information: every key of :data:`pyoffload.backend.INFO_KEYS` (``None``
         where the backend does not know it) plus the backend's own ``"<backend>."`` extras."""
         if self._info is None:
-            self._rt.check_alive()
-            reported = dict(self._disp.device_info_impl(self.handle) or {})
+            self.rt.check_alive()
+            reported = dict(self.disp.device_info_impl(self.handle) or {})
             info: dict[str, Any] = dict.fromkeys(INFO_KEYS)
             info.update(reported)
             info.update(name=self.name, vendor=self.vendor, type=self.type.value,
@@ -120,23 +120,23 @@ class GenericDevice:
 
     @property
     def limits(self) -> Limits:
-        if self._limits is None:
-            self._limits = Limits(self.info)
-        return self._limits
+        if self.limits_cache is None:
+            self.limits_cache = Limits(self.info)
+        return self.limits_cache
 
     @property
     def native(self) -> Any:
         """The vendor's own device object (``pycuda.driver.Device``, ``pyopencl.Device`` ...)."""
-        return self._disp.native_handle_impl("device", self.handle)
+        return self.disp.native_handle_impl("device", self.handle)
 
-    def _teardown(self, at_exit: bool) -> None:
+    def teardown(self, at_exit: bool) -> None:
         """Unpin every range pyoffload pinned for this device (at shutdown)."""
         for entry in self.pins.entries():
             self.pins.remove(entry)
             entry.holds.clear()
             if not entry.external:
                 try:
-                    self._disp.data_unlock_impl(self.handle, entry.base)
+                    self.disp.data_unlock_impl(self.handle, entry.base)
                 except Exception as exc:
                     warn_teardown(f"unlocking {entry!r}", exc)
 

@@ -48,12 +48,12 @@ def from_dlpack(obj: Any) -> Allocation:
         if not nbytes:
             raise InvalidSizeError("from_dlpack: the tensor is empty")
         ctx = device.default_context  # type: ignore[attr-defined]
-        alloc = register_external(ctx._rt, imported.data, nbytes, kind, None if kind is AllocKind.HOST else device,
+        alloc = register_external(ctx.rt, imported.data, nbytes, kind, None if kind is AllocKind.HOST else device,
                                   ctx, imported)
     except BaseException:
         imported.release()
         raise
-    alloc._readonly = imported.readonly
+    alloc.readonly = imported.readonly
     return alloc
 
 
@@ -67,5 +67,5 @@ def from_native(ptr: Any, size: Any, device: GenericDevice, kind: AllocKind = Al
     if not isinstance(kind, AllocKind):
         raise TypeError(f"from_native: kind must be a pyoffload.AllocKind, got {got(kind)}")
     ctx = device.default_context  # type: ignore[attr-defined]
-    return register_external(ctx._rt, ptr, check_size(size), kind, None if kind is AllocKind.HOST else device, ctx,
+    return register_external(ctx.rt, ptr, check_size(size), kind, None if kind is AllocKind.HOST else device, ctx,
                              owner)

@@ -84,7 +84,7 @@ class Binder:
                 code = codes[i]
                 if code == _ALLOC:
                     a = values[i]
-                    if not a._live:
+                    if not a.live:
                         raise InvalidArgumentError(f"launch argument {i}: {a!r} was freed")
                     if not (a.context is ctx and (a.device is dev or a.kind is not AllocKind.DEVICE)):
                         _check_reachable(queue, i, a)
@@ -93,7 +93,7 @@ class Binder:
                 elif code == _PTR:
                     p = values[i]
                     if p:
-                        hit = dev._rt.registry.find(p)
+                        hit = dev.rt.registry.find(p)
                         if hit is not None:
                             a = hit[2]
                             if not (a.context is ctx and (a.device is dev or a.kind is not AllocKind.DEVICE)):
@@ -184,7 +184,7 @@ def _global_address(queue: QueueCore, i: int, g: GlobalVariable) -> int:
 
 def _check_reachable(queue: QueueCore, i: int, alloc: Allocation) -> None:
     ctx = alloc.context
-    if ctx._backend is queue.device._backend:
+    if ctx.plugin is queue.device.plugin:
         if ctx.connection(alloc.device, queue.context, queue.device) is MemoryConnection.UNIFIED:
             return
     raise InvalidArgumentError(f"launch argument {i}: {alloc!r} is not usable by kernels on {queue.device.id}")

@@ -100,7 +100,7 @@ class Allocation(BufferBase):
     """
 
     __slots__ = ("size", "kind", "device", "context", "origin", "owned", "owner",
-                 "_live", "_block", "_pool", "_users", "_dl_exports", "__weakref__")
+                 "live", "pool_block", "source_pool", "users", "dl_exports", "__weakref__")
 
     size: int
     kind: AllocKind
@@ -109,17 +109,17 @@ class Allocation(BufferBase):
     origin: str | None
     owned: bool
     owner: Any
-    _live: bool
-    _block: Block | None
-    _pool: CachingAllocator | None
-    _users: dict[QueueCore, int] | None
-    _dl_exports: int  # DLPack exports of memory the buffer protocol does not count (device memory)
+    live: bool
+    pool_block: Block | None
+    source_pool: CachingAllocator | None
+    users: dict[QueueCore, int] | None
+    dl_exports: int  # DLPack exports of memory the buffer protocol does not count (device memory)
 
-    _teardown_rank = 2
+    teardown_rank = 2
 
     @property
     def freed(self) -> bool:
-        return not self._live
+        return not self.live
 
     @property
     def host_accessible(self) -> bool:
@@ -135,22 +135,22 @@ class Allocation(BufferBase):
         released."""
         if self.owned:
             raise InvalidArgumentError(f"release: {self!r} is pyoffload's own memory: use free")
-        if not self._live:
+        if not self.live:
             raise InvalidArgumentError(f"release: {self!r} was released already")
-        if self._exports or self._dl_exports:
+        if self.export_count or self.dl_exports:
             raise InvalidArgumentError(f"release: {self!r} is still exported {self.exports} time(s)")
-        for queue, seq in list((self._users or {}).items()):
-            if queue._live:
+        for queue, seq in list((self.users or {}).items()):
+            if queue.live:
                 queue.wait_done(seq)
-        unregister(self.context._rt, self)
+        unregister(self.context.rt, self)
         owner, self.owner = self.owner, None
         if isinstance(owner, dlpack.Imported):
             owner.release()
 
     # -- host views ---------------------------------------------------------------------------
 
-    def _check_host(self, what: str) -> None:
-        if not self._live:
+    def check_host(self, what: str) -> None:
+        if not self.live:
             raise InvalidArgumentError(f"{what}: {self!r} was freed")
         if not self.host_accessible:
             raise UnsupportedError(f"{what}: {self!r} is DEVICE memory, not host-accessible: use pyoffload.memcpy")
@@ -163,31 +163,31 @@ class Allocation(BufferBase):
         The array keeps this Allocation and ``owner`` (e.g. a framework's own array object)
         alive; ``free`` refuses while it is alive.
         """
-        self._check_host("view")
+        self.check_host("view")
         dt = np.dtype(dtype)
         if dt.hasobject:
             raise InvalidArgumentError(f"view: dtype {dt} holds Python objects")
         dims, count, offset = _layout(self, dt, shape, offset, "view")
         nbytes = count * dt.itemsize
         holder = _new(_HostView)
-        holder.ptr, holder._nbytes, holder._exportable = self.ptr + offset, nbytes, True
+        holder.ptr, holder.nbytes, holder.exportable = self.ptr + offset, nbytes, True
         holder.export, holder.owner = memoryview(self), owner  # type: ignore[arg-type]
         return np.frombuffer(holder, dtype=dt, count=count).reshape(dims)  # type: ignore[call-overload, no-any-return]
 
     @property
     def exports(self) -> int:
         """Live exports of this memory: memoryviews, numpy arrays, views, DLPack consumers."""
-        return self._exports + self._dl_exports
+        return self.export_count + self.dl_exports
 
     @property
     def __array_interface__(self) -> dict[str, Any]:
-        self._check_host("__array_interface__")
+        self.check_host("__array_interface__")
         return {"shape": (self.size,), "typestr": "|u1", "data": (self.ptr, False), "version": 3}
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         """numpy 2's protocol: ``copy=True`` always copies, ``copy=False`` never does (a dtype
         change is then a ``ValueError``), ``None`` copies only for a dtype change."""
-        self._check_host("__array__")
+        self.check_host("__array__")
         arr = np.frombuffer(self, dtype=np.uint8)  # type: ignore[call-overload]
         if dtype is not None and np.dtype(dtype) != arr.dtype:
             if copy is False:
@@ -216,16 +216,16 @@ class Allocation(BufferBase):
 
     # -- teardown -----------------------------------------------------------------------------
 
-    def _teardown(self, at_exit: bool) -> None:
+    def teardown(self, at_exit: bool) -> None:
         """Context close or shutdown: free (leak instead if host views are alive)."""
-        if not self._live:
+        if not self.live:
             return
-        if self._exports or self._dl_exports:
+        if self.export_count or self.dl_exports:
             if not at_exit:
                 warn_teardown(f"freeing {self!r}", RuntimeError("its memory is still exported: leaked rather than left dangling"))
             return
         if not self.owned:
-            unregister(self.context._rt, self)
+            unregister(self.context.rt, self)
             owner, self.owner = self.owner, None
             if isinstance(owner, dlpack.Imported):
                 owner.release()
@@ -237,7 +237,7 @@ class Allocation(BufferBase):
 
     def __repr__(self) -> str:
         where = self.device.id if self.device is not None else f"{self.context.backend} host memory"
-        state = "" if self._live else " freed"
+        state = "" if self.live else " freed"
         extern = "" if self.owned else " external"
         return f"<pyoffload.Allocation {self.kind.name} 0x{self.ptr:x} size={self.size} on {where}{extern}{state}>"
 
@@ -284,7 +284,7 @@ class TypedView:
     __slots__ = ("allocation", "dtype", "shape", "offset", "owner")
 
     def __init__(self, allocation: Allocation, dtype: Any, shape: Any = None, offset: int = 0, owner: Any = None) -> None:
-        if not allocation._live:
+        if not allocation.live:
             raise InvalidArgumentError(f"typed: {allocation!r} was freed")
         dt = np.dtype(dtype)
         if dt.hasobject:
@@ -295,7 +295,7 @@ class TypedView:
     def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
                    dl_device: Any = None, copy: bool | None = None) -> Any:
         a = self.allocation
-        if not a._live:
+        if not a.live:
             raise BufferError(f"{a!r} was freed")
         here = dlpack_device(a)
         if dl_device is not None and tuple(dl_device) != here or copy:
@@ -305,26 +305,26 @@ class TypedView:
                 raise BufferError(f"pyoffload copies DLPack exports only to the CPU, not to {tuple(dl_device)}")
             return self._host_copy().__dlpack__(stream=None, max_version=max_version)
         if stream != -1:  # the consumer wants queued work on the memory to be done
-            for queue, seq in list((a._users or {}).items()):
-                if queue._live:
+            for queue, seq in list((a.users or {}).items()):
+                if queue.live:
                     queue.wait_done(seq)
-        keep = memoryview(a) if a._exportable else None  # the buffer protocol counts this export
+        keep = memoryview(a) if a.exportable else None  # the buffer protocol counts this export
         if keep is None:
-            a._dl_exports += 1
+            a.dl_exports += 1
 
         def on_release() -> None:
             if keep is not None:
                 keep.release()
             else:
-                a._dl_exports -= 1
+                a.dl_exports -= 1
 
         versioned = max_version is not None and tuple(max_version) >= dlpack.VERSION
-        return dlpack.make_capsule(a.ptr + self.offset, here, self.dtype, self.shape, bool(a._readonly), versioned,
+        return dlpack.make_capsule(a.ptr + self.offset, here, self.dtype, self.shape, bool(a.readonly), versioned,
                                    on_release)
 
     def _host_copy(self) -> np.ndarray:
         a = self.allocation
-        if not a._exportable:
+        if not a.exportable:
             raise BufferError(f"{a!r} is device memory: copy it to the host with pyoffload.memcpy first")
         count = 1
         for d in self.shape:
@@ -338,20 +338,20 @@ class TypedView:
     @property
     def __array_interface__(self) -> dict[str, Any]:
         a = self.allocation
-        a._check_host("__array_interface__")
+        a.check_host("__array_interface__")
         return {"shape": self.shape, "typestr": self.dtype.str, "descr": self.dtype.descr,
-                "data": (a.ptr + self.offset, bool(a._readonly)), "version": 3}
+                "data": (a.ptr + self.offset, bool(a.readonly)), "version": 3}
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
         a = self.allocation
         if dlpack_device(a)[0] not in _CUDA_TYPES:
             raise AttributeError("__cuda_array_interface__: not CUDA memory")
-        users = a._users or {}
-        pending = [(seq, q) for q, seq in users.items() if q._live and seq > q._done]
+        users = a.users or {}
+        pending = [(seq, q) for q, seq in users.items() if q.live and seq > q.done]
         stream = max(pending, key=lambda p: p[0])[1].native if pending else None
         return {"shape": self.shape, "typestr": self.dtype.str, "descr": self.dtype.descr,
-                "data": (a.ptr + self.offset, bool(a._readonly)), "version": 3, "strides": None,
+                "data": (a.ptr + self.offset, bool(a.readonly)), "version": 3, "strides": None,
                 "stream": stream if isinstance(stream, int) else None}
 
     def __repr__(self) -> str:
@@ -386,41 +386,41 @@ def allocate(ctx: GenericContext, device: GenericDevice | None, size: Any, kind:
         size = check_size(size)
     if kind.__class__ is not AllocKind:
         check_kind(kind)
-    if not ctx._live or ctx._rt.state is not LIVE:
+    if not ctx.live or ctx.rt.state is not LIVE:
         ctx.check_alive()
-        ctx._rt.check_alive()
+        ctx.rt.check_alive()
     if kind is AllocKind.HOST:
         device = None
-        if kind not in (ctx.devices[0]._limits or ctx.devices[0].limits).kinds:
+        if kind not in (ctx.devices[0].limits_cache or ctx.devices[0].limits).kinds:
             raise UnsupportedError(f"{ctx.devices[0].id} does not support HOST memory (info 'memory_kinds')")
     else:
         if device is None:
             device = ctx.devices[0]
         elif device not in ctx.devices:
             ctx.check_device(device, "alloc")
-        limits = device._limits or device.limits
+        limits = device.limits_cache or device.limits
         if kind not in limits.kinds:
             raise UnsupportedError(f"{device.id} does not support {kind.name} memory (info 'memory_kinds')")
         if size > limits.max_alloc:
             raise OutOfResourcesError(
                 f"alloc of {size} bytes exceeds the largest allocation of {device.id} ({limits.max_alloc} bytes)")
-    pool = ctx._pools.get((id(device), id(kind))) or ctx.pool(device, kind)
+    pool = ctx.pools.get((id(device), id(kind))) or ctx.pool(device, kind)
     block = pool.take(size, queue)
-    rt = ctx._rt
+    rt = ctx.rt
     alloc = _new(Allocation)
     alloc.ptr, alloc.size, alloc.kind, alloc.device, alloc.context = block.ptr, size, kind, device, ctx
     alloc.origin = origin() if rt.tracker.on else None
-    alloc.owned, alloc.owner, alloc._live = True, None, True
-    alloc._block, alloc._pool, alloc._users, alloc._dl_exports = block, pool, None, 0
-    alloc._nbytes, alloc._exportable = size, kind is not AllocKind.DEVICE or device.host_memory  # type: ignore[union-attr]
+    alloc.owned, alloc.owner, alloc.live = True, None, True
+    alloc.pool_block, alloc.source_pool, alloc.users, alloc.dl_exports = block, pool, None, 0
+    alloc.nbytes, alloc.exportable = size, kind is not AllocKind.DEVICE or device.host_memory  # type: ignore[union-attr]
     # A backend never hands out overlapping live blocks itself: ranges are checked for overlap only
     # while another backend has live memory too (where address spaces can coincide).
-    space = ctx._backend.name
+    space = ctx.plugin.name
     live = rt.live_per_space
     if rt.registry.insert(block.ptr, block.ptr + size, alloc, len(live) > 1 or bool(live) and space not in live):
         _place_aside(rt, alloc, pool, queue)
     live[space] = live.get(space, 0) + 1
-    ctx._owned[id(alloc)] = alloc
+    ctx.owned_objects[id(alloc)] = alloc
     if rt.tracker.on:
         rt.tracker.allocated(alloc)
     return alloc
@@ -429,14 +429,14 @@ def allocate(ctx: GenericContext, device: GenericDevice | None, size: Any, kind:
 def _place_aside(rt: Runtime, alloc: Allocation, pool: CachingAllocator, queue: QueueCore | None) -> None:
     """Two backends handed out overlapping addresses: keep colliding blocks aside (so the backend
     cannot return them again) and ask for others, as liboffload does."""
-    held = [alloc._block]
+    held = [alloc.pool_block]
     try:
         for _ in range(_COLLISION_RETRIES):
             block = pool.take(alloc.size, queue)
             held.append(block)
             if not rt.registry.insert(block.ptr, block.ptr + alloc.size, alloc, True):
                 held.pop()
-                alloc.ptr, alloc._block = block.ptr, block
+                alloc.ptr, alloc.pool_block = block.ptr, block
                 return
         raise OutOfResourcesError(
             f"backend {alloc.context.backend!r} keeps returning addresses that collide with live allocations")
@@ -453,9 +453,9 @@ def register_external(rt: Runtime, ptr: int, size: int, kind: AllocKind, device:
     size = check_size(size)
     alloc = _new(Allocation)
     alloc.ptr, alloc.size, alloc.kind, alloc.device, alloc.context = ptr, size, kind, device, ctx
-    alloc.origin, alloc.owned, alloc.owner, alloc._live = None, False, owner, True
-    alloc._block, alloc._pool, alloc._users, alloc._dl_exports = None, None, None, 0
-    alloc._nbytes, alloc._exportable = size, kind is not AllocKind.DEVICE or (device is not None and device.host_memory)
+    alloc.origin, alloc.owned, alloc.owner, alloc.live = None, False, owner, True
+    alloc.pool_block, alloc.source_pool, alloc.users, alloc.dl_exports = None, None, None, 0
+    alloc.nbytes, alloc.exportable = size, kind is not AllocKind.DEVICE or (device is not None and device.host_memory)
     clash = rt.registry.insert(ptr, ptr + size, alloc, True)
     if clash:
         raise InvalidArgumentError(
@@ -464,8 +464,8 @@ def register_external(rt: Runtime, ptr: int, size: int, kind: AllocKind, device:
 
 
 def unregister(rt: Runtime, alloc: Allocation) -> None:
-    alloc._live = False
-    alloc._exportable = False
+    alloc.live = False
+    alloc.exportable = False
     try:
         rt.registry.remove(alloc.ptr)
     except KeyError:
@@ -478,7 +478,7 @@ def unregister(rt: Runtime, alloc: Allocation) -> None:
             live.pop(space, None)
         else:
             live[space] -= 1
-        alloc.context._owned.pop(id(alloc), None)
+        alloc.context.owned_objects.pop(id(alloc), None)
         if rt.tracker.on:
             rt.tracker.freed_alloc(alloc)
 
@@ -517,7 +517,7 @@ def mem_info(ptr: Allocation | int) -> MemInfo:
         a = hit[2]
         return _tuple_new(MemInfo, (a.ptr, a.size, a.kind, a.device, a.context, ptr - a.ptr, a))  # type: ignore[no-any-return]
     if isinstance(ptr, Allocation):
-        if not ptr._live:
+        if not ptr.live:
             raise InvalidArgumentError(f"mem_info: {ptr!r} was freed")
         return _tuple_new(MemInfo, (ptr.ptr, ptr.size, ptr.kind, ptr.device, ptr.context, 0, ptr))  # type: ignore[no-any-return]
     if isinstance(ptr, int) and not isinstance(ptr, bool):
@@ -535,7 +535,7 @@ def claim(target: Any, what: str, kind: AllocKind | None = None) -> Allocation:
     second free is a double free).  The caller releases it or, on failure, calls ``unclaim``."""
     if type(target) is Allocation:
         alloc = target
-        rt = alloc.context._rt
+        rt = alloc.context.rt
         if rt.state is not LIVE and rt.state is not CLOSING:
             raise dead_runtime_error(rt)
     elif isinstance(target, int) and not isinstance(target, bool):
@@ -544,10 +544,10 @@ def claim(target: Any, what: str, kind: AllocKind | None = None) -> Allocation:
         if offset:
             raise InvalidArgumentError(
                 f"{what}: pointer 0x{ptr:x} points {offset} bytes into {alloc!r}; free takes the base pointer")
-        rt = alloc.context._rt
+        rt = alloc.context.rt
     elif isinstance(target, Allocation):
         alloc = target
-        rt = alloc.context._rt
+        rt = alloc.context.rt
     else:
         raise TypeError(f"{what} takes an Allocation or a pointer (int), got {got(target)}")
     if not alloc.owned:
@@ -555,21 +555,21 @@ def claim(target: Any, what: str, kind: AllocKind | None = None) -> Allocation:
     if kind is not None and alloc.kind is not kind:
         where = f" (allocated at {alloc.origin})" if alloc.origin else ""
         raise InvalidArgumentError(f"{what}: {alloc!r} is {alloc.kind.name} memory, not {kind.name}{where}")
-    if alloc._exports or alloc._dl_exports:
+    if alloc.export_count or alloc.dl_exports:
         raise InvalidArgumentError(
             f"{what}: {alloc!r} is still exported {alloc.exports} time(s) (memoryviews, arrays, views, DLPack); "
             "release them first")
     with _claim:
-        if not alloc._live:
+        if not alloc.live:
             raise InvalidArgumentError(f"{what}: double free of {alloc!r}{rt.tracker.history(alloc.ptr)}")
-        alloc._live = False
-        alloc._exportable = False
+        alloc.live = False
+        alloc.exportable = False
     return alloc
 
 
 def unclaim(alloc: Allocation) -> None:
-    alloc._exportable = alloc.host_accessible
-    alloc._live = True
+    alloc.exportable = alloc.host_accessible
+    alloc.live = True
 
 
 def free(target: Allocation | int, kind: AllocKind | None = None) -> None:
@@ -580,19 +580,19 @@ def free(target: Allocation | int, kind: AllocKind | None = None) -> None:
     that later work on the host function's own queue uses, the free is deferred until that work is
     done.  ``kind``, if given, must match the allocation's kind.
     """
-    if type(target) is Allocation and kind is None and target.owned and not target._exports and not target._dl_exports:
+    if type(target) is Allocation and kind is None and target.owned and not target.export_count and not target.dl_exports:
         alloc = target  # the common case, written out: it is counted in frames
-        rt = alloc.context._rt
+        rt = alloc.context.rt
         if rt.state is not LIVE and rt.state is not CLOSING:  # teardown frees through here too
             raise dead_runtime_error(rt)
         with _claim:
-            if not alloc._live:
+            if not alloc.live:
                 raise InvalidArgumentError(f"free: double free of {alloc!r}{rt.tracker.history(alloc.ptr)}")
-            alloc._live = False
-            alloc._exportable = False
+            alloc.live = False
+            alloc.exportable = False
     else:
         alloc = claim(target, "free", kind)
-    users = alloc._users
+    users = alloc.users
     if users:
         try:
             if _wait_or_defer(alloc, users):
@@ -600,22 +600,22 @@ def free(target: Allocation | int, kind: AllocKind | None = None) -> None:
         except BaseException:
             unclaim(alloc)
             raise
-        alloc._users = None
-    rt = alloc.context._rt
+        alloc.users = None
+    rt = alloc.context.rt
     rt.registry.remove(alloc.ptr)
     rt.epoch += 1
     live = rt.live_per_space
-    space = alloc.context._backend.name
+    space = alloc.context.plugin.name
     if live[space] <= 1:
         del live[space]
     else:
         live[space] -= 1
-    alloc.context._owned.pop(id(alloc), None)
+    alloc.context.owned_objects.pop(id(alloc), None)
     if rt.tracker.on:
         rt.tracker.freed_alloc(alloc)
-    pool = alloc._pool
+    pool = alloc.source_pool
     if pool is not None:
-        pool.give(alloc._block)  # type: ignore[arg-type]
+        pool.give(alloc.pool_block)  # type: ignore[arg-type]
 
 
 def _wait_or_defer(alloc: Allocation, users: dict[QueueCore, int]) -> bool:
@@ -626,7 +626,7 @@ def _wait_or_defer(alloc: Allocation, users: dict[QueueCore, int]) -> bool:
             queue.after(seq, lambda: release(alloc))
             return True
     for queue, seq in list(users.items()):
-        if queue._live:
+        if queue.live:
             queue.settle(seq)
     return False
 
@@ -634,8 +634,8 @@ def _wait_or_defer(alloc: Allocation, users: dict[QueueCore, int]) -> bool:
 def release(alloc: Allocation, queue: QueueCore | None = None, seq: int = 0) -> None:
     """Return a claimed allocation's block to its pool (stream-ordered on ``queue`` after ``seq``)
     and forget it."""
-    block, pool = alloc._block, alloc._pool
-    alloc._users = None
-    unregister(alloc.context._rt, alloc)
+    block, pool = alloc.pool_block, alloc.source_pool
+    alloc.users = None
+    unregister(alloc.context.rt, alloc)
     if block is not None and pool is not None:
         pool.give(block, queue, seq)

@@ -22,7 +22,7 @@ from .runtime import LIVE, Runtime, active
 
 def lock(device: GenericDevice, buffer: Any, read_only: bool = False) -> int:
     """Pin ``buffer`` for ``device``; return the device-accessible address of its first byte."""
-    device._rt.check_alive()
+    device.rt.check_alive()
     if isinstance(buffer, Allocation):
         raise InvalidArgumentError(f"lock: {buffer!r} is an allocation, not a host buffer")
     hv = host_view(buffer, "lock", writable=not read_only)
@@ -39,7 +39,7 @@ def lock(device: GenericDevice, buffer: Any, read_only: bool = False) -> int:
                 raise InvalidArgumentError(f"lock: range 0x{addr:x}+{size} would extend the locked range 0x{b:x}+{e - b}")
             entry = _external_range(device, addr, size)
             if entry is None:
-                dev_ptr = device._disp.data_lock_impl(device.handle, addr, size)
+                dev_ptr = device.disp.data_lock_impl(device.handle, addr, size)
                 entry = PinnedRange(addr, size, int(dev_ptr), external=False, writable=not hv.readonly)
             pins.insert(entry)
         elif hv.readonly is False:
@@ -51,12 +51,12 @@ def lock(device: GenericDevice, buffer: Any, read_only: bool = False) -> int:
 def _external_range(device: GenericDevice, addr: int, size: int) -> PinnedRange | None:
     """A range already pinned by someone else (HOST memory of pyoffload, or pinned by the vendor)
     that contains ``[addr, addr + size)``."""
-    hit = device._rt.registry.find(addr)
+    hit = device.rt.registry.find(addr)
     if hit is not None and hit[2].kind is AllocKind.HOST:
         base, end, _ = hit
         found = (base, end - base, base)
     else:
-        found = device._disp.data_pinned_info_impl(device.handle, addr)
+        found = device.disp.data_pinned_info_impl(device.handle, addr)
         if found is None:
             return None
     base, length, dev_base = (int(v) for v in found)
@@ -70,7 +70,7 @@ def unlock(device: GenericDevice, buffer: Any) -> None:
     """Drop one use of the locked range holding ``buffer``; unpin it when none is left.  Unlocking
     a sub-range that was never locked by itself is an error (it does not release its enclosing
     lock)."""
-    device._rt.check_alive()
+    device.rt.check_alive()
     hv = host_view(buffer, "unlock", writable=False)
     addr, size = hv.address, hv.nbytes
     pins = device.pins
@@ -86,7 +86,7 @@ def unlock(device: GenericDevice, buffer: Any) -> None:
                 f"unlock: host range 0x{addr:x}+{size} was not locked itself (it lies inside the locked "
                 f"range 0x{entry.base:x}+{entry.size}); unlock the buffer that was locked")
         if len(entry.holds) == 1 and not entry.external:
-            device._disp.data_unlock_impl(device.handle, entry.base)
+            device.disp.data_unlock_impl(device.handle, entry.base)
         del entry.holds[i]
         if not entry.holds:
             pins.remove(entry)

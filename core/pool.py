@@ -69,7 +69,7 @@ class Block:
 
     def usable_by(self, queue: Any) -> bool:
         q = self.queue
-        return q is None or q is queue or q._done >= self.seq
+        return q is None or q is queue or q.done >= self.seq
 
 
 @dataclasses.dataclass
@@ -94,7 +94,7 @@ class CachingAllocator:
     def __init__(self, backend_alloc: Callable[[int], int], backend_free: Callable[[int], None],
                  max_request: int | None, on_exhausted: Callable[[], int] | None = None) -> None:
         self._alloc = backend_alloc
-        self._free = backend_free
+        self.backend_free = backend_free
         self.max_request = max_request  # None: every size; 0: pool off
         self.limit: int | None = None  # most bytes reserved from the backend; None: no limit
         self.on_exhausted = on_exhausted
@@ -283,7 +283,7 @@ class CachingAllocator:
         return Block(base, size, Segment(base, size, False))
 
     def _release_unpooled(self, block: Block) -> None:
-        self._free(block.ptr)
+        self.backend_free(block.ptr)
         with self._lock:
             self.backend_frees += 1
             self.reserved -= block.size
@@ -309,7 +309,7 @@ class CachingAllocator:
                     cached -= segment.size
         released = 0
         for segment in victims:
-            self._free(segment.base)
+            self.backend_free(segment.base)
             released += segment.size
         with self._lock:
             self.reserved -= released

@@ -51,7 +51,7 @@ def _warn(message: str) -> None:
 class Program:
     """A device image loaded on one device.  Use it as a context manager, or call ``unload()``."""
 
-    _teardown_rank = 0
+    teardown_rank = 0
 
     def __init__(self, context: GenericContext, device: GenericDevice, image: bytes | bytearray | memoryview) -> None:
         context.check_alive()
@@ -67,58 +67,58 @@ class Program:
         self.context = context
         self.device = device
         self.image = data
-        self._disp = device._disp
-        self._rt = device._rt
+        self.disp = device.disp
+        self.rt = device.rt
         self._lock = threading.Lock()
         self._kernels: dict[str, Kernel] = {}
         self._globals: dict[str, GlobalVariable] = {}
         self._symbols: dict[str, SymbolDesc] | None = None
-        self._users: dict[QueueCore, int] = {}  # queue -> its last launch of one of our kernels
-        self.handle = self._disp.load_binary_impl(context.handle, device.handle, data)
-        self._state = LOADED
+        self.users: dict[QueueCore, int] = {}  # queue -> its last launch of one of our kernels
+        self.handle = self.disp.load_binary_impl(context.handle, device.handle, data)
+        self.state = LOADED
         try:
-            self._rt.track(self._rt.programs, self)
+            self.rt.track(self.rt.programs, self)
             context.adopt(self)
-            init_fini = self._disp.global_init_fini_impl(device.handle, self.handle)
+            init_fini = self.disp.global_init_fini_impl(device.handle, self.handle)
             self._fini: tuple[str, ...] = tuple(init_fini.fini) if init_fini else ()
             for name in init_fini.init if init_fini else ():
                 self._run_entry(name)
         except BaseException:
             # A failed load creates nothing: release the image without running destructors.
-            self._state = UNLOADED
-            self._rt.untrack(self._rt.programs, self)
+            self.state = UNLOADED
+            self.rt.untrack(self.rt.programs, self)
             context.disown(self)
             try:
-                self._disp.unload_binary_impl(device.handle, self.handle)
+                self.disp.unload_binary_impl(device.handle, self.handle)
             except Exception as exc:
                 warn_teardown("releasing a program whose constructor failed", exc)
             raise
-        device._backend.pm.hook.program_loaded(program=self)
+        device.plugin.pm.hook.program_loaded(program=self)
 
     # -- lifecycle ------------------------------------------------------------------------
 
     @property
     def loaded(self) -> bool:
-        return self._state is LOADED
+        return self.state is LOADED
 
     @property
     def native(self) -> Any:
         """The vendor's own program or module object."""
         self.check_loaded()
-        return self._disp.native_handle_impl("program", self.handle)
+        return self.disp.native_handle_impl("program", self.handle)
 
     def check_loaded(self) -> None:
-        if self._state is not LOADED:
-            if not self._rt.alive:
+        if self.state is not LOADED:
+            if not self.rt.alive:
                 raise InvalidHandleError(f"{self!r} belongs to a runtime that was shut down", Errc.UNINITIALIZED)
-            raise InvalidHandleError(f"{self!r} is {self._state}", Errc.INVALID_PROGRAM)
+            raise InvalidHandleError(f"{self!r} is {self.state}", Errc.INVALID_PROGRAM)
 
     def _run_entry(self, name: str) -> None:
         """Run a constructor or destructor: once, no arguments, 1x1x1, on the internal queue."""
-        kernel = self.kernel(name) if self._state is LOADED else Kernel(self, name, self._kernel_handle(name))
+        kernel = self.kernel(name) if self.state is LOADED else Kernel(self, name, self._kernel_handle(name))
         queue = self.context.internal_queue(self.device)
         args = kernel.packed(())
-        seq = queue.enqueue(self._disp.launch_impl, (self.device.handle, queue.handle, kernel.handle,
+        seq = queue.enqueue(self.disp.launch_impl, (self.device.handle, queue.handle, kernel.handle,
                                                      (1, 1, 1), (1, 1, 1), args))
         queue.wait_for(seq)
 
@@ -128,13 +128,13 @@ class Program:
         destructor failures are warnings (the unload completes)."""
         with self._lock:
             self.check_loaded()
-            self._state = UNLOADING  # no new launch from here on (see Queue.launch)
+            self.state = UNLOADING  # no new launch from here on (see Queue.launch)
         self._release(at_exit=False)
 
     def _release(self, at_exit: bool) -> None:
         try:
-            for queue, seq in list(self._users.items()):
-                if queue._live:
+            for queue, seq in list(self.users.items()):
+                if queue.live:
                     if at_exit:
                         if not queue.drain_within(EXIT_WAIT_SECONDS):
                             raise OffloadError(f"{queue!r} still runs work of {self!r} at exit: leaked",
@@ -143,7 +143,7 @@ class Program:
                     queue.settle(seq)  # raises (and the program stays loaded) if it cannot tell
         except BaseException:
             with self._lock:
-                self._state = LOADED
+                self.state = LOADED
             raise
         # From here on the unload completes; an interrupt is re-raised at the end.
         interrupted: BaseException | None = None
@@ -155,40 +155,40 @@ class Program:
             except Exception as exc:
                 _warn(f"destructor {name!r} of {self!r} failed: {exc!r}")
         try:
-            self.device._backend.pm.hook.program_unloading(program=self)
+            self.device.plugin.pm.hook.program_unloading(program=self)
         except Exception as exc:
             _warn(f"program_unloading observer failed for {self!r}: {exc!r}")
         try:
-            self._disp.unload_binary_impl(self.device.handle, self.handle)
+            self.disp.unload_binary_impl(self.device.handle, self.handle)
         finally:
             for g in self._globals.values():
-                unregister(self._rt, g.allocation)
-            self._state = UNLOADED
-            self._users.clear()
-            self._rt.untrack(self._rt.programs, self)
+                unregister(self.rt, g.allocation)
+            self.state = UNLOADED
+            self.users.clear()
+            self.rt.untrack(self.rt.programs, self)
             self.context.disown(self)
         if interrupted is not None:
             raise interrupted
 
-    def _teardown(self, at_exit: bool) -> None:
+    def teardown(self, at_exit: bool) -> None:
         with self._lock:
-            if self._state is not LOADED:
+            if self.state is not LOADED:
                 return
-            self._state = UNLOADING
+            self.state = UNLOADING
         self._release(at_exit)
 
     def __enter__(self) -> Program:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._state is LOADED:
+        if self.state is LOADED:
             self.unload()
 
     # -- symbols --------------------------------------------------------------------------
 
     def _symbol_table(self) -> dict[str, SymbolDesc]:
         if self._symbols is None:
-            self._symbols = {s.name: s for s in self._disp.get_symbols_impl(self.device.handle, self.handle)}
+            self._symbols = {s.name: s for s in self.disp.get_symbols_impl(self.device.handle, self.handle)}
         return self._symbols
 
     def symbols(self) -> list[SymbolDesc]:
@@ -207,7 +207,7 @@ class Program:
         return sym
 
     def _kernel_handle(self, name: str) -> Any:
-        return self._disp.get_kernel_impl(self.device.handle, self.handle, name)
+        return self.disp.get_kernel_impl(self.device.handle, self.handle, name)
 
     def kernel(self, name: str) -> Kernel:
         """The kernel ``name``: ``NOT_FOUND`` if there is none, ``SYMBOL_KIND`` for a global."""
@@ -219,7 +219,7 @@ class Program:
                 k = self._kernels.get(name)
                 if k is None:
                     k = self._kernels[name] = Kernel(self, name, self._kernel_handle(name))
-        elif self._state is not LOADED:
+        elif self.state is not LOADED:
             self.check_loaded()
         return k
 
@@ -233,14 +233,14 @@ class Program:
             with self._lock:
                 g = self._globals.get(name)
                 if g is None:
-                    addr, size = self._disp.get_global_impl(self.device.handle, self.handle, name)
-                    alloc = register_external(self._rt, int(addr), int(size), AllocKind.DEVICE, self.device,
+                    addr, size = self.disp.get_global_impl(self.device.handle, self.handle, name)
+                    alloc = register_external(self.rt, int(addr), int(size), AllocKind.DEVICE, self.device,
                                               self.context, self)
                     g = self._globals[name] = GlobalVariable(self, name, alloc)
         return g
 
     def __repr__(self) -> str:
-        return f"<pyoffload.Program {len(self.image)} bytes on {self.device.id} {self._state}>"
+        return f"<pyoffload.Program {len(self.image)} bytes on {self.device.id} {self.state}>"
 
 
 class Kernel:
@@ -265,14 +265,14 @@ class Kernel:
     def native(self) -> Any:
         """The vendor's own kernel or function object."""
         self.program.check_loaded()
-        return self.program._disp.native_handle_impl("kernel", self.handle)
+        return self.program.disp.native_handle_impl("kernel", self.handle)
 
     @property
     def signature(self) -> tuple[str, ...] | None:
         """Parameter kinds (``"ptr"``, ``"i32"``, ...) if the image declares them, else ``None``."""
         if self._signature is False:
             prog = self.program
-            sig = prog._disp.kernel_signature_impl(prog.device.handle, self.handle)
+            sig = prog.disp.kernel_signature_impl(prog.device.handle, self.handle)
             self._signature = tuple(sig) if sig is not None else None
         return self._signature  # type: ignore[return-value]
 
@@ -282,7 +282,7 @@ class Kernel:
             return self._packers[kinds]
         except KeyError:
             prog = self.program
-            packer = prog._disp.kernel_packer_impl(prog.device.handle, self.handle, kinds)
+            packer = prog.disp.kernel_packer_impl(prog.device.handle, self.handle, kinds)
             self._packers[kinds] = packer
             return packer
 
@@ -299,7 +299,7 @@ class Kernel:
         if self._attributes is None:
             prog = self.program
             prog.check_loaded()
-            reported = prog._disp.kernel_attributes_impl(prog.device.handle, self.handle) or {}
+            reported = prog.disp.kernel_attributes_impl(prog.device.handle, self.handle) or {}
             attrs: dict[str, Any] = dict.fromkeys(KERNEL_ATTRIBUTE_KEYS)
             info = prog.device.info
             attrs["max_work_group_size"] = info.get("max_work_group_size")

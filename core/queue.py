@@ -30,7 +30,7 @@ _new = object.__new__
 class Queue(QueueCore):
     """An in-order queue on one device.  Operations return :class:`Event` objects."""
 
-    _teardown_rank = 1
+    teardown_rank = 1
 
     def __init__(self, context: GenericContext, device: GenericDevice, profiling: bool = False,
                  native: Any = None) -> None:
@@ -39,10 +39,10 @@ class Queue(QueueCore):
         super().__init__(device, context, profiling, f"pyoffload.Queue on {device.id}", native)
         self._dims: dict[tuple[Any, Any], tuple[tuple[int, int, int], tuple[int, int, int]]] = {}
         try:
-            self._rt.track(self._rt.queues, self)
+            self.rt.track(self.rt.queues, self)
             context.adopt(self)
         except BaseException:
-            self._disp.queue_destroy_impl(self._dh, self.handle)
+            self.disp.queue_destroy_impl(self.dh, self.handle)
             raise
 
     @classmethod
@@ -64,7 +64,7 @@ class Queue(QueueCore):
 
     # -- events -------------------------------------------------------------------------------
 
-    def _event(self, seq: int, marker: Marker | None = None) -> Event:
+    def event_for(self, seq: int, marker: Marker | None = None) -> Event:
         if marker is None and self.profiling and seq:
             marker = self.claim_marker(seq)
         ev = _new(Event)
@@ -77,7 +77,7 @@ class Queue(QueueCore):
         """An event that completes when everything enqueued so far has (``olCreateEvent``); it
         has its own timestamp on a profiling queue."""
         marker = self.record_marker()
-        return self._event(marker.seq, marker)
+        return self.event_for(marker.seq, marker)
 
     def wait_events(self, *events: Event) -> None:
         """Make work enqueued on this queue from now on wait for ``events`` — of other queues,
@@ -89,9 +89,9 @@ class Queue(QueueCore):
                 if not isinstance(ev, Event):
                     raise TypeError(f"wait_events takes pyoffload.Event objects, got {got(ev)}")
                 source = ev.queue
-                if source is self or ev.seq <= source._done:
+                if source is self or ev.seq <= source.done:
                     continue  # in order already, or complete
-                if source.device._backend is self.device._backend and source.device.platform is self.device.platform:
+                if source.device.plugin is self.device.plugin and source.device.platform is self.device.platform:
                     marker = source.marker_for(ev.seq)
                     if marker is not None:
                         native.append((source, marker))
@@ -113,22 +113,22 @@ class Queue(QueueCore):
 
     def destroy(self) -> None:
         """Wait for outstanding work and release the queue; using it afterwards is an error."""
-        self._check_live()
-        self._teardown(False)
+        self.check_live()
+        self.teardown(False)
 
-    def _teardown(self, at_exit: bool) -> None:
+    def teardown(self, at_exit: bool) -> None:
         try:
             self.close(at_exit)
         finally:
-            if not self._live:
-                self._rt.untrack(self._rt.queues, self)
+            if not self.live:
+                self.rt.untrack(self.rt.queues, self)
                 self.context.disown(self)
 
     def __enter__(self) -> Queue:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._live:
+        if self.live:
             self.destroy()
 
     # -- launches -----------------------------------------------------------------------------
@@ -149,10 +149,10 @@ class Queue(QueueCore):
         prog = kernel.program
         if prog.device is not self.device:
             raise InvalidArgumentError(f"launch: {kernel!r} is loaded on {prog.device.id}, not {self.device.id}")
-        seq, marker = _enqueue_launch(self, prog, allocs, self._disp.launch_impl,
-                                      (self._dh, self.handle, kernel.handle, g, b, packed))
+        seq, marker = self.enqueue_launch(prog, allocs, self.disp.launch_impl,
+                                      (self.dh, self.handle, kernel.handle, g, b, packed))
         if marker is not None:
-            return self._event(seq, marker)
+            return self.event_for(seq, marker)
         ev = _new(Event)
         ev.queue, ev.seq, ev.marker = self, seq, None
         return ev
@@ -170,14 +170,14 @@ class Queue(QueueCore):
         """Check and bind a launch once; calling the result enqueues it again and again."""
         if type(kernel) is not Kernel:
             raise TypeError(f"prepare: expected a pyoffload.Kernel, got {got(kernel)}")
-        self._check_live()
+        self.check_live()
         kernel.program.check_loaded()
         if kernel.program.device is not self.device:
             raise InvalidArgumentError(f"prepare: {kernel!r} is loaded on {kernel.program.device.id}, not {self.device.id}")
         bind = binder(kernel, args)
         packed, allocs = bind(self, args)
         g, b = dimensions(self.device, grid, block)
-        fast = self._disp.launch_prepare_impl(self._dh, self.handle, kernel.handle, g, b, packed)
+        fast = self.disp.launch_prepare_impl(self.dh, self.handle, kernel.handle, g, b, packed)
         return PreparedLaunch(self, kernel, g, b, packed, tuple(allocs), fast, bind)
 
     def launch_host_function(self, fn: Callable[[], Any]) -> Event:
@@ -186,7 +186,7 @@ class Queue(QueueCore):
         by its event's ``wait()`` and once by the queue's next ``wait()``."""
         if not callable(fn):
             raise TypeError(f"launch_host_function: {fn!r} is not callable")
-        return self._event(self.host_function(fn))
+        return self.event_for(self.host_function(fn))
 
     # -- memory -------------------------------------------------------------------------------
 
@@ -202,19 +202,19 @@ class Queue(QueueCore):
         """Allocate in this queue's order: the memory may be in use by earlier work on the queue
         (freed with ``free_async``), so use it only from work enqueued on this queue from now on
         (or after waiting for it).  Never blocks on the queue."""
-        self._check_live()
+        self.check_live()
         return allocate(self.context, self.device, size, kind, self)
 
     def free_async(self, ptr: Allocation | int) -> Event:
         """Free in this queue's order: the memory is reused by later work on this queue at once and
         by other queues once the queue has passed this point.  Queued work of other queues that
         uses the memory is waited for on the queue (an event dependency), not by the host."""
-        self._check_live()
+        self.check_live()
         alloc = claim(ptr, "free_async")
         try:
             if alloc.context is not self.context:
                 raise InvalidArgumentError(f"free_async: {alloc!r} is not in the queue's context {self.context!r}")
-            others = [(q, s) for q, s in (alloc._users or {}).items() if q is not self and q._live and s > q._done]
+            others = [(q, s) for q, s in (alloc.users or {}).items() if q is not self and q.live and s > q.done]
             if others:
                 markers = [(q, m) for q, s in others if (m := q.marker_for(s)) is not None]
                 try:
@@ -225,53 +225,52 @@ class Queue(QueueCore):
         except BaseException:
             unclaim(alloc)
             raise
-        seq = self._seq
-        block = alloc._block
+        seq = self.seq
+        block = alloc.pool_block
         if block is not None and not block.segment.pooled:
             # Memory of its own (pool off, or above the pool's bound): release it in queue order.
-            pool = alloc._pool
+            pool = alloc.source_pool
             assert pool is not None
-            alloc._pool = None
+            alloc.source_pool = None
             release(alloc)
-            if not self._disp.data_free_async_impl(self.context.handle, alloc.device.handle if alloc.device else None,
+            if not self.disp.data_free_async_impl(self.context.handle, alloc.device.handle if alloc.device else None,
                                                    self.handle, block.ptr, alloc.kind):
                 self.after(seq, lambda: pool.give(block))
-            return self._event(seq)
+            return self.event_for(seq)
         release(alloc, self, seq)
-        return self._event(seq)
+        return self.event_for(seq)
+
+    def enqueue_launch(self, prog: Program, allocs: Sequence[Allocation], fn: Callable[..., None],
+                           args: tuple[Any, ...]) -> tuple[int, Marker | None]:
+        """Hand one launch to the backend (``fn(*args)``) in the queue's order; its sequence number
+        and, on a profiling queue, its timestamp marker.  The launch records itself as a user of its
+        program and allocations before it checks they are still alive (see the module docstring)."""
+        with self._lock:
+            if not self.live:
+                raise self.dead()
+            seq = self.seq + 1
+            prog.users[self] = seq
+            for a in allocs:
+                users = a.users
+                if users is None:
+                    a.users = {self: seq}
+                else:
+                    users[self] = seq
+            if prog.state is not LOADED:
+                prog.check_loaded()
+            for a in allocs:
+                if not a.live:
+                    raise InvalidArgumentError(f"launch of a kernel of {prog!r}: {a!r} was freed")
+            if self.backlog is None:
+                fn(*args)
+                self.submitted = seq
+            else:
+                self.backlog.append(("op", seq, (fn, args)))
+            self.seq = seq
+            return seq, (self.mark_locked(owned=True) if self.profiling else None)
 
     def __repr__(self) -> str:
-        return f"<pyoffload.Queue on {self.device.id}{'' if self._live else ' destroyed'}>"
-
-
-def _enqueue_launch(q: Queue, prog: Program, allocs: Sequence[Allocation], fn: Callable[..., None],
-                    args: tuple[Any, ...]) -> tuple[int, Marker | None]:
-    """Hand one launch to the backend (``fn(*args)``) in the queue's order; its sequence number
-    and, on a profiling queue, its timestamp marker.  The launch records itself as a user of its
-    program and allocations before it checks they are still alive (see the module docstring)."""
-    with q._lock:
-        if not q._live:
-            raise q._dead()
-        seq = q._seq + 1
-        prog._users[q] = seq
-        for a in allocs:
-            users = a._users
-            if users is None:
-                a._users = {q: seq}
-            else:
-                users[q] = seq
-        if prog._state is not LOADED:
-            prog.check_loaded()
-        for a in allocs:
-            if not a._live:
-                raise InvalidArgumentError(f"launch of a kernel of {prog!r}: {a!r} was freed")
-        if q._backlog is None:
-            fn(*args)
-            q._submitted = seq
-        else:
-            q._backlog.append(("op", seq, (fn, args)))
-        q._seq = seq
-        return seq, (q._mark_locked(owned=True) if q.profiling else None)
+        return f"<pyoffload.Queue on {self.device.id}{'' if self.live else ' destroyed'}>"
 
 
 class PreparedLaunch:
@@ -301,26 +300,26 @@ class PreparedLaunch:
 
     def _through_hook(self) -> None:
         q = self.queue
-        q._disp.launch_impl(q._dh, q.handle, self.kernel.handle, self.grid, self.block, self.args)
+        q.disp.launch_impl(q.dh, q.handle, self.kernel.handle, self.grid, self.block, self.args)
 
     def _revalidate(self) -> None:
         q = self.queue
-        epoch = q._rt.epoch
-        q._check_live()
+        epoch = q.rt.epoch
+        q.check_live()
         self.kernel.program.check_loaded()
         for a in self._allocs:
-            if not a._live:
+            if not a.live:
                 raise InvalidArgumentError(f"prepared launch of {self.kernel.name!r}: {a!r} was freed")
-        self._call = self._fast if self._fast is not None and q._disp.direct else self._through_hook
+        self._call = self._fast if self._fast is not None and q.disp.direct else self._through_hook
         self._epoch = epoch
 
     def __call__(self) -> Event:
         q = self.queue
-        if self._epoch != q._rt.epoch:
+        if self._epoch != q.rt.epoch:
             self._revalidate()
-        seq, marker = _enqueue_launch(q, self.kernel.program, self._allocs, self._call, ())
+        seq, marker = q.enqueue_launch(self.kernel.program, self._allocs, self._call, ())
         if marker is not None:
-            return q._event(seq, marker)
+            return q.event_for(seq, marker)
         ev = _new(Event)
         ev.queue, ev.seq, ev.marker = q, seq, None
         return ev
@@ -347,13 +346,13 @@ class Event:
     def wait(self) -> None:
         """Block until the operation has completed; re-raise a host function's error."""
         q = self.queue
-        if self.seq > q._done or q._failures:
+        if self.seq > q.done or q.failures:
             q.wait_for(self.seq)
 
     @property
     def is_complete(self) -> bool:
         q = self.queue
-        return self.seq <= q._done or q.is_done(self.seq)
+        return self.seq <= q.done or q.is_done(self.seq)
 
     def elapsed_ms(self, start: Event) -> float:
         """Milliseconds from ``start`` to this event; both must come from profiling queues of the
@@ -370,9 +369,9 @@ class Event:
                 "elapsed_ms needs events with timestamps: from queues created with profiling=True, or Queue.record()")
         start.wait()
         self.wait()
-        return float(b._disp.event_elapsed_impl(b._dh, start.marker.handle, self.marker.handle))
+        return float(b.disp.event_elapsed_impl(b.dh, start.marker.handle, self.marker.handle))
 
     def __repr__(self) -> str:
-        state = "complete" if self.seq <= self.queue._done else "pending"
+        state = "complete" if self.seq <= self.queue.done else "pending"
         return f"<pyoffload.Event #{self.seq} on {self.queue.device.id} {state}>"
 

@@ -86,47 +86,47 @@ class QueueCore:
         self.context = context
         self.profiling = bool(profiling)
         self._name = name
-        self._disp = device._disp
-        self._dh = device.handle
-        self._rt = device._rt
+        self.disp = device.disp
+        self.dh = device.handle
+        self.rt = device.rt
         self._lock = threading.Lock()
         self._moved = threading.Condition(self._lock)  # notified when the backlog moves
-        self._seq = 0  # operations enqueued
-        self._submitted = 0  # operations handed to the backend
-        self._done = 0  # operations observed complete
+        self.seq = 0  # operations enqueued
+        self.submitted = 0  # operations handed to the backend
+        self.done = 0  # operations observed complete
         self._markers: collections.deque[Marker] = collections.deque()
         self._holds: collections.deque[tuple[int, Any]] = collections.deque()
         self._deferred: collections.deque[tuple[int, Callable[[], None]]] = collections.deque()
-        self._failures: dict[int, BaseException] = {}  # host-function errors by operation
+        self.failures: dict[int, BaseException] = {}  # host-function errors by operation
         self._unreported: list[BaseException] = []  # ... not yet raised by a queue-wide wait
-        self._backlog: collections.deque[tuple[Any, ...]] | None = None
-        self._native_host_functions = self._disp.implements("enqueue_host_function_impl")
-        self._native_waits = self._disp.implements("queue_wait_events_impl")
+        self.backlog: collections.deque[tuple[Any, ...]] | None = None
+        self._native_host_functions = self.disp.implements("enqueue_host_function_impl")
+        self._native_waits = self.disp.implements("queue_wait_events_impl")
         if native is None:
-            self.handle = self._disp.queue_create_impl(context.handle, self._dh, self.profiling)
+            self.handle = self.disp.queue_create_impl(context.handle, self.dh, self.profiling)
         else:
-            self.handle = self._disp.queue_from_native_impl(context.handle, self._dh, native, self.profiling)
-        self._live = True
+            self.handle = self.disp.queue_from_native_impl(context.handle, self.dh, native, self.profiling)
+        self.live = True
 
     @property
     def native(self) -> Any:
         """The vendor's queue: for most backends an int address (``CUstream``,
         ``cl_command_queue``), as ``native_handle_impl`` reports it."""
-        return self._disp.native_handle_impl("queue", self.handle)
+        return self.disp.native_handle_impl("queue", self.handle)
 
     # -- state ------------------------------------------------------------------------------
 
-    def _abandon(self) -> None:
-        self._live = False
+    def abandon(self) -> None:
+        self.live = False
 
-    def _dead(self) -> OffloadError:
-        if not self._rt.alive:
-            return dead_runtime_error(self._rt)
+    def dead(self) -> OffloadError:
+        if not self.rt.alive:
+            return dead_runtime_error(self.rt)
         return InvalidHandleError(f"{self._name} was destroyed", Errc.INVALID_QUEUE)
 
-    def _check_live(self) -> None:
-        if not self._live:
-            raise self._dead()
+    def check_live(self) -> None:
+        if not self.live:
+            raise self.dead()
 
     # -- enqueueing -------------------------------------------------------------------------
 
@@ -135,42 +135,42 @@ class QueueCore:
         sequence number.  ``hold`` is kept alive until the operation completes (a host buffer it
         reads or writes)."""
         with self._lock:
-            if not self._live:
-                raise self._dead()
-            seq = self._seq + 1
-            if self._backlog is None:
+            if not self.live:
+                raise self.dead()
+            seq = self.seq + 1
+            if self.backlog is None:
                 fn(*args)
-                self._submitted = seq
+                self.submitted = seq
             else:
-                self._backlog.append(("op", seq, (fn, args)))
-            self._seq = seq
+                self.backlog.append(("op", seq, (fn, args)))
+            self.seq = seq
             if hold is not None:
                 self._holds.append((seq, hold))
             if self.profiling:
-                self._mark_locked(owned=True)  # the operation's event takes it (claim_marker)
+                self.mark_locked(owned=True)  # the operation's event takes it (claim_marker)
             elif hold is not None:
-                self._mark_locked()
+                self.mark_locked()
             poll = len(self._holds) + len(self._deferred) > _POLL_AFTER
         if poll:
             self._poll()
         return seq
 
-    def _mark_locked(self, owned: bool = False) -> Marker:
+    def mark_locked(self, owned: bool = False) -> Marker:
         """Record a marker after everything enqueued so far (lock held)."""
-        if self._backlog is None:
-            marker = Marker(self._seq, self._disp.event_record_impl(self._dh, self.handle), owned)
+        if self.backlog is None:
+            marker = Marker(self.seq, self.disp.event_record_impl(self.dh, self.handle), owned)
         else:
-            marker = Marker(self._seq, None, owned)
-            self._backlog.append(("mark", self._seq, marker))
+            marker = Marker(self.seq, None, owned)
+            self.backlog.append(("mark", self.seq, marker))
         self._markers.append(marker)
         return marker
 
     def record_marker(self) -> Marker:
         """A marker after everything enqueued so far, owned by the caller (``Queue.record``)."""
         with self._lock:
-            if not self._live:
-                raise self._dead()
-            return self._mark_locked(owned=True)
+            if not self.live:
+                raise self.dead()
+            return self.mark_locked(owned=True)
 
     def release_marker(self, marker: Marker) -> None:
         """The owner of ``marker`` no longer needs it."""
@@ -182,27 +182,27 @@ class QueueCore:
 
     def _release(self, marker: Marker) -> None:
         try:
-            self._disp.event_release_impl(self._dh, marker.handle)
+            self.disp.event_release_impl(self.dh, marker.handle)
         except Exception as exc:
             warn_teardown(f"releasing an event of {self._name}", exc)
 
     def host_function(self, fn: Callable[[], Any]) -> int:
         """Enqueue ``fn`` to run once earlier work has completed, holding later work back."""
         with self._lock:
-            if not self._live:
-                raise self._dead()
-            seq = self._seq + 1
+            if not self.live:
+                raise self.dead()
+            seq = self.seq + 1
             run = self._host_runner(fn, seq)
-            if self._backlog is None and self._native_host_functions:
-                self._disp.enqueue_host_function_impl(self._dh, self.handle, run)
-                self._submitted = seq
+            if self.backlog is None and self._native_host_functions:
+                self.disp.enqueue_host_function_impl(self.dh, self.handle, run)
+                self.submitted = seq
             else:
                 self._start_backlog_locked()
-                assert self._backlog is not None
-                self._backlog.append(("host", seq, run))
-            self._seq = seq
+                assert self.backlog is not None
+                self.backlog.append(("host", seq, run))
+            self.seq = seq
             if self.profiling:
-                self._mark_locked(owned=True)
+                self.mark_locked(owned=True)
             return seq
 
     def claim_marker(self, seq: int) -> Marker | None:
@@ -224,7 +224,7 @@ class QueueCore:
                 fn()
             except BaseException as exc:  # recorded for its event and the queue's next wait
                 with self._lock:
-                    self._failures[seq] = exc
+                    self.failures[seq] = exc
                     self._unreported.append(exc)
             finally:
                 _host_scope.running.pop()
@@ -236,11 +236,11 @@ class QueueCore:
         """A marker that completes no earlier than operation ``seq``, pinned for the caller (who
         must ``unpin`` it), or ``None`` if ``seq`` has completed."""
         with self._lock:
-            if seq <= self._done:
+            if seq <= self.done:
                 return None
             marker = next((m for m in self._markers if m.seq >= seq), None)
             if marker is None:
-                marker = self._mark_locked()
+                marker = self.mark_locked()
             marker.pins += 1
             return marker
 
@@ -250,56 +250,56 @@ class QueueCore:
         block until an event of another backend completes, run on this queue's helper thread)."""
         native = [m.handle for _, m in events if m.ready]
         with self._lock:
-            if not self._live:
-                raise self._dead()
-            seq = self._seq + 1
+            if not self.live:
+                raise self.dead()
+            seq = self.seq + 1
             ordered = False
-            if native and self._backlog is None and self._native_waits:
-                ordered = bool(self._disp.queue_wait_events_impl(self._dh, self.handle, native))
+            if native and self.backlog is None and self._native_waits:
+                ordered = bool(self.disp.queue_wait_events_impl(self.dh, self.handle, native))
             waits = list(foreign)
             if not ordered:
                 waits += [waiter(q, m.seq) for q, m in events]
             if waits:
                 self._start_backlog_locked()
-                assert self._backlog is not None
-                self._backlog.append(("wait", seq, waits))
+                assert self.backlog is not None
+                self.backlog.append(("wait", seq, waits))
             else:
-                self._submitted = seq
-            self._seq = seq
+                self.submitted = seq
+            self.seq = seq
             return seq
 
     def hold(self, seq: int, obj: Any) -> None:
         """Keep ``obj`` alive until operation ``seq`` has completed."""
         with self._lock:
-            if seq > self._done:
+            if seq > self.done:
                 self._holds.append((seq, obj))
                 if not any(m.seq >= seq for m in self._markers):
-                    self._mark_locked()
+                    self.mark_locked()
 
     def after(self, seq: int, action: Callable[[], None]) -> None:
         """Run ``action()`` once operation ``seq`` has completed (now, if it has)."""
         with self._lock:
-            if seq > self._done:
+            if seq > self.done:
                 self._deferred.append((seq, action))
                 if not any(m.seq >= seq for m in self._markers):
-                    self._mark_locked()
+                    self.mark_locked()
                 return
         action()
 
     # -- the backlog --------------------------------------------------------------------------
 
     def _start_backlog_locked(self) -> None:
-        if self._backlog is None:
-            self._backlog = collections.deque()
+        if self.backlog is None:
+            self.backlog = collections.deque()
             threading.Thread(target=self._drain, name=f"pyoffload-{self._name}", daemon=True).start()
 
     def _drain(self) -> None:
         """Hand backlogged operations to the backend in order; run host functions and waits."""
         while True:
             with self._lock:
-                backlog = self._backlog
+                backlog = self.backlog
                 if not backlog:
-                    self._backlog = None
+                    self.backlog = None
                     self._moved.notify_all()
                     return
                 kind, seq, payload = backlog.popleft()
@@ -307,20 +307,20 @@ class QueueCore:
                     try:
                         payload[0](*payload[1])
                     except Exception as exc:  # the enqueue was accepted: report it like a failure
-                        self._failures[seq] = exc
+                        self.failures[seq] = exc
                         self._unreported.append(exc)
-                    self._submitted = seq
+                    self.submitted = seq
                     self._moved.notify_all()
                     continue
                 if kind == "mark":
-                    payload.handle = self._disp.event_record_impl(self._dh, self.handle)
+                    payload.handle = self.disp.event_record_impl(self.dh, self.handle)
                     payload.ready = True
                     self._moved.notify_all()
                     continue
-                before = self._submitted
+                before = self.submitted
                 marker = None
-                if before > self._done:
-                    marker = Marker(before, self._disp.event_record_impl(self._dh, self.handle))
+                if before > self.done:
+                    marker = Marker(before, self.disp.event_record_impl(self.dh, self.handle))
                     marker.pins = 1
                     self._markers.append(marker)
             # A host function or a wait: everything before it must complete first.
@@ -334,14 +334,14 @@ class QueueCore:
                         wait()
             except BaseException as exc:
                 with self._lock:
-                    self._failures[seq] = exc
+                    self.failures[seq] = exc
                     self._unreported.append(exc)
             finally:
                 if marker is not None:
                     self._unpin(marker)
             self._advance(seq)
             with self._lock:
-                self._submitted = seq
+                self.submitted = seq
                 self._moved.notify_all()
 
     # -- observing completion ---------------------------------------------------------------
@@ -351,9 +351,9 @@ class QueueCore:
         release: list[Marker] = []
         actions: list[Callable[[], None]] = []
         with self._lock:
-            if upto <= self._done:
+            if upto <= self.done:
                 return
-            self._done = upto
+            self.done = upto
             markers = self._markers
             while markers and markers[0].seq <= upto:
                 m = markers.popleft()
@@ -383,7 +383,7 @@ class QueueCore:
             self._release(marker)
 
     def _wait_marker(self, marker: Marker) -> None:
-        self._disp.event_wait_impl(self._dh, marker.handle)
+        self.disp.event_wait_impl(self.dh, marker.handle)
         self._advance(marker.seq)
 
     def _check_self_wait(self, seq: int) -> None:
@@ -395,18 +395,18 @@ class QueueCore:
 
     def wait_for(self, seq: int) -> None:
         """Block until operation ``seq`` has completed; raise if it (a host function) failed."""
-        if seq > self._done:
+        if seq > self.done:
             self._check_self_wait(seq)
-            self._wait_until(seq)
-        if self._failures and seq in self._failures:
-            exc = self._failures[seq]
+            self.wait_until(seq)
+        if self.failures and seq in self.failures:
+            exc = self.failures[seq]
             raise BackendError(f"a host function on {self._name} raised {exc!r}") from exc
 
     def wait_done(self, seq: int) -> None:
         """Block until operation ``seq`` has completed (whether or not it failed)."""
-        if seq > self._done:
+        if seq > self.done:
             self._check_self_wait(seq)
-            self._wait_until(seq)
+            self.wait_until(seq)
 
     def settle(self, seq: int) -> None:
         """Block until operation ``seq`` no longer runs, failed or not: what it used may then be
@@ -418,7 +418,7 @@ class QueueCore:
             if exc.errc is Errc.INVALID_QUEUE:
                 raise
             try:
-                finished = bool(self._disp.queue_query_impl(self._dh, self.handle))
+                finished = bool(self.disp.queue_query_impl(self.dh, self.handle))
             except OffloadError:
                 finished = False
             if not finished:
@@ -426,15 +426,15 @@ class QueueCore:
             # The failed work has finished: release what it used; its queue reports the failure.
             with self._lock:
                 self._unreported.append(exc)
-            self._advance(self._submitted)
+            self._advance(self.submitted)
 
-    def _wait_until(self, seq: int) -> None:
+    def wait_until(self, seq: int) -> None:
         with self._lock:
-            while seq > self._submitted and self._backlog is not None:
+            while seq > self.submitted and self.backlog is not None:
                 self._moved.wait()
-            if seq > self._done and seq > self._seq:
+            if seq > self.done and seq > self.seq:
                 return  # never enqueued (its enqueue failed)
-            if seq <= self._done:
+            if seq <= self.done:
                 return
             marker = next((m for m in self._markers if m.seq >= seq), None)
             if marker is not None:
@@ -442,9 +442,9 @@ class QueueCore:
                     self._moved.wait()
                 marker.pins += 1
             else:
-                upto = self._submitted
+                upto = self.submitted
         if marker is None:
-            self._disp.queue_synchronize_impl(self._dh, self.handle)
+            self.disp.queue_synchronize_impl(self.dh, self.handle)
             self._advance(upto)
             return
         try:
@@ -455,22 +455,22 @@ class QueueCore:
     def is_done(self, seq: int) -> bool:
         """Whether operation ``seq`` has completed, without blocking.  Without a marker at it, the
         answer comes from the whole queue, so it may say ``False`` until later work completes."""
-        if seq <= self._done:
+        if seq <= self.done:
             return True
         with self._lock:
-            if seq > self._submitted:
+            if seq > self.submitted:
                 return False
             marker = next((m for m in self._markers if m.seq >= seq and m.ready), None)
             if marker is not None:
                 marker.pins += 1
-            upto = self._submitted
+            upto = self.submitted
         try:
             if marker is not None:
-                if self._disp.event_query_impl(self._dh, marker.handle):
+                if self.disp.event_query_impl(self.dh, marker.handle):
                     self._advance(marker.seq)
                     return True
                 return False
-            if self._disp.queue_query_impl(self._dh, self.handle):
+            if self.disp.queue_query_impl(self.dh, self.handle):
                 self._advance(upto)
                 return True
             return False
@@ -486,7 +486,7 @@ class QueueCore:
                 return
             marker.pins += 1
         try:
-            if self._disp.event_query_impl(self._dh, marker.handle):
+            if self.disp.event_query_impl(self.dh, marker.handle):
                 self._advance(marker.seq)
         except OffloadError:
             pass  # a failed operation: the next wait reports it
@@ -496,11 +496,11 @@ class QueueCore:
     def synchronize(self) -> None:
         """Block until everything enqueued so far has completed; raise a host function's error
         once (the first not yet reported by a queue-wide wait)."""
-        self._check_live()
-        upto = self._seq
-        if upto > self._done:
+        self.check_live()
+        upto = self.seq
+        if upto > self.done:
             self._check_self_wait(upto)
-            self._wait_until(upto)
+            self.wait_until(upto)
         if self._unreported:
             with self._lock:
                 errors, self._unreported = self._unreported, []
@@ -509,15 +509,15 @@ class QueueCore:
 
     def query(self) -> bool:
         """Whether everything enqueued so far has completed (never blocks)."""
-        self._check_live()
-        return self._seq <= self._done or self.is_done(self._seq)
+        self.check_live()
+        return self.seq <= self.done or self.is_done(self.seq)
 
     def drain_within(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for everything enqueued so far (polling, so that an
         operation that never completes cannot hang the caller); ``True`` if it completed."""
         deadline = time.monotonic() + timeout
         delay = 0.0005
-        while not self.is_done(self._seq):
+        while not self.is_done(self.seq):
             if time.monotonic() >= deadline:
                 return False
             time.sleep(delay)
@@ -531,20 +531,20 @@ class QueueCore:
         Interrupted while waiting, the queue stays usable.  At interpreter exit the wait is
         bounded: work that never completes leaves the queue (and what it uses) leaked.  A failure
         of its work that no queue-wide wait reported is a ``TeardownWarning``."""
-        self._check_self_wait(self._seq)
+        self._check_self_wait(self.seq)
         with self._lock:
-            if not self._live:
+            if not self.live:
                 return
-            self._live = False  # no new work from here on
+            self.live = False  # no new work from here on
         try:
             if at_exit:
                 if not self.drain_within(EXIT_WAIT_SECONDS):
                     raise OffloadError(f"{self._name} still had work running at exit: leaked", Errc.BACKEND_FAILURE)
             else:
-                self._wait_until(self._seq)
+                self.wait_until(self.seq)
         except KeyboardInterrupt:
             with self._lock:
-                self._live = True  # interrupted: still usable
+                self.live = True  # interrupted: still usable
             raise
         with self._lock:
             markers = list(self._markers)
@@ -552,20 +552,20 @@ class QueueCore:
             self._holds.clear()
             deferred = [action for _, action in self._deferred]
             self._deferred.clear()
-            self._done = self._seq
+            self.done = self.seq
         for m in markers:
             m.retired = True
             if m.pins == 0 and not m.owned and m.ready:
                 self._release(m)
         for action in deferred:
             action()
-        self._disp.queue_destroy_impl(self._dh, self.handle)
+        self.disp.queue_destroy_impl(self.dh, self.handle)
         if self._unreported:  # failures no queue-wide wait reported: the last chance to tell
             errors, self._unreported = self._unreported, []
             warn_teardown(f"work on {self._name} before it was destroyed", errors[0])
 
     def __repr__(self) -> str:
-        return f"<{self._name}{'' if self._live else ' destroyed'}>"
+        return f"<{self._name}{'' if self.live else ' destroyed'}>"
 
 
 def waiter(queue: QueueCore, seq: int) -> Callable[[], None]:

@@ -48,7 +48,7 @@ FORK_MESSAGE = (
 class Releasable(Protocol):
     """What teardown needs of programs, queues, allocations, devices and contexts."""
 
-    def _teardown(self, at_exit: bool) -> None: ...
+    def teardown(self, at_exit: bool) -> None: ...
 
 
 class Runtime:
@@ -166,7 +166,7 @@ def warn_teardown(what: str, exc: BaseException) -> None:
 def _release_all(items: list[Releasable], what: str, at_exit: bool) -> None:
     for obj in items:
         try:
-            obj._teardown(at_exit)
+            obj.teardown(at_exit)
         except Exception as exc:
             warn_teardown(f"releasing {obj!r}", exc)
 
@@ -289,7 +289,7 @@ def _after_fork_in_child() -> None:
         # Queues and contexts become unusable (``_abandon``) without a driver call: the drivers,
         # their threads and locks belong to the parent.
         for obj in [*rt.queues.values(), *rt.contexts]:
-            getattr(obj, "_abandon")()
+            getattr(obj, "abandon")()
 
 
 atexit.register(_atexit_teardown)

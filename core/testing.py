@@ -83,7 +83,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if device is None:
         return
     _device_of[item.nodeid] = device.id
-    known = device._disp.known_failures_impl(device.handle) or {}
+    known = device.disp.known_failures_impl(device.handle) or {}
     name = getattr(item, "originalname", item.name)
     reason = known.get(name)
     if reason and not settings.flag("PYOFFLOAD_RUN_KNOWN_FAILURES"):
@@ -101,7 +101,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 @pytest.fixture
 def images(device: Any) -> dict[str, bytes]:
-    imgs = device._disp.conformance_images_impl(device.handle)
+    imgs = device.disp.conformance_images_impl(device.handle)
     if not imgs:
         pytest.skip(f"backend {device.backend!r} provides no conformance images")
     return imgs
@@ -111,7 +111,7 @@ def images(device: Any) -> dict[str, bytes]:
 def queue(device: Any) -> Any:
     q = device.create_queue()
     yield q
-    if q._live:
+    if q.live:
         q.destroy()
 
 

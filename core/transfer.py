@@ -67,10 +67,10 @@ def resolve(obj: Any, role: str, writable: bool) -> End:
     end = _new_end(End)
     t = type(obj)
     if t is Allocation:
-        if not obj._live:
+        if not obj.live:
             raise InvalidArgumentError(f"{role}: {obj!r} was freed")
-        if obj.context._rt.state is not LIVE:
-            raise dead_runtime_error(obj.context._rt)
+        if obj.context.rt.state is not LIVE:
+            raise dead_runtime_error(obj.context.rt)
         alloc, offset = obj, 0
     elif t is int or (isinstance(obj, int) and not isinstance(obj, bool)):
         ptr = int(obj)
@@ -93,16 +93,16 @@ def resolve(obj: Any, role: str, writable: bool) -> End:
             return end
         alloc, offset = hit[2], ptr - hit[0]
     elif isinstance(obj, Allocation):
-        return resolve(obj.ptr if obj._live else obj, role, writable)
+        return resolve(obj.ptr if obj.live else obj, role, writable)
     elif hasattr(obj, "allocation") and type(getattr(obj, "allocation", None)) is Allocation:
         alloc, offset = obj.allocation, 0  # a program's global variable
-        if not alloc._live:
+        if not alloc.live:
             raise InvalidArgumentError(f"{role}: {obj!r} belongs to a program that was unloaded")
     else:
         end.hv = hv = host_view(obj, role, writable)
         end.addr, end.avail, end.host_ok = hv.address, hv.nbytes, True
         return end
-    if writable and alloc._readonly:
+    if writable and alloc.readonly:
         raise InvalidArgumentError(f"{role}: {alloc!r} is read-only memory (its producer exported it read-only)")
     end.alloc = alloc
     end.addr = alloc.ptr + offset
@@ -123,18 +123,18 @@ def _wait_for_users(*ends: End) -> None:
     """Before a synchronous operation: let queued work on the same memory finish first."""
     for end in ends:
         alloc = end.alloc
-        if alloc is not None and alloc._users:
-            for queue, seq in list(alloc._users.items()):
-                if seq > queue._done and queue._live:
+        if alloc is not None and alloc.users:
+            for queue, seq in list(alloc.users.items()):
+                if seq > queue.done and queue.live:
                     queue.wait_done(seq)
 
 
 def _record_use(end: End, queue: QueueCore, seq: int) -> None:
     alloc = end.alloc
     if alloc is not None and alloc.owned:
-        users = alloc._users
+        users = alloc.users
         if users is None:
-            alloc._users = {queue: seq}
+            alloc.users = {queue: seq}
         else:
             users[queue] = seq
 
@@ -143,12 +143,12 @@ def _check_queue(queue: Any, d: End, s: End | None, what: str) -> bool:
     """Whether ``queue`` runs the work itself (``False``: it orders it as a host function)."""
     if not isinstance(queue, QueueCore):
         raise TypeError(f"{what}: queue must be a pyoffload.Queue, got {got(queue)}")
-    queue._check_live()
+    queue.check_live()
     ctxs = [e.ctx for e in (d, s) if e is not None and e.ctx is not None]
     qctx = queue.context
     if any(c is qctx for c in ctxs):
         return True
-    if any(c.platform._backend is queue.device._backend for c in ctxs):
+    if any(c.platform.plugin is queue.device.plugin for c in ctxs):
         names = " and ".join(repr(c) for c in ctxs)
         raise InvalidArgumentError(f"{what}: {queue!r} belongs to {qctx!r}, not to {names}: it cannot order this work")
     return not ctxs and queue.device.host_memory
@@ -178,17 +178,17 @@ def memcpy(dst: Any, src: Any, size: Any = None, queue: QueueCore | None = None)
         raise InvalidSizeError(f"memcpy size {size} writes past the end of dst ({d.avail} bytes available)")
     if queue is None:
         if size:
-            if d.alloc is not None and d.alloc._users or s.alloc is not None and s.alloc._users:
+            if d.alloc is not None and d.alloc.users or s.alloc is not None and s.alloc.users:
                 _wait_for_users(d, s)
             _copy_now(d, s, size)
         return None
     native = _check_queue(queue, d, s, "memcpy")
     if not size:
-        return queue._event(0)  # type: ignore[attr-defined]
+        return queue.event_for(0)  # type: ignore[attr-defined]
     if native and not (d.host_ok and s.host_ok and not queue.device.host_memory):
         seq = _copy_on(queue, d, s, size)
         if seq is not None:
-            return queue._event(seq)  # type: ignore[attr-defined]
+            return queue.event_for(seq)  # type: ignore[attr-defined]
     return _as_host_function(queue, lambda: _copy_now(d, s, size), d, s)
 
 
@@ -201,7 +201,7 @@ def _as_host_function(queue: QueueCore, work: Callable[[], None], *ends: End) ->
     holds = tuple(e.hv.view for e in ends if e.hv is not None)
     if holds:
         queue.hold(seq, holds)
-    return queue._event(seq)  # type: ignore[attr-defined]
+    return queue.event_for(seq)  # type: ignore[attr-defined]
 
 
 def _overlap(d: End, s: End, size: int) -> bool:
@@ -212,7 +212,7 @@ def _direct(d: End, s: End) -> bool:
     """Whether ``data_exchange_impl`` can copy between the two device ends."""
     if d.device is None or s.device is None or d.ctx is None or s.ctx is None:
         return False
-    if d.device._backend is not s.device._backend:
+    if d.device.plugin is not s.device.plugin:
         return False
     return s.ctx.connection(s.device, d.ctx, d.device) is not MemoryConnection.NONE
 
@@ -220,22 +220,22 @@ def _direct(d: End, s: End) -> bool:
 def _copy_on(queue: QueueCore, d: End, s: End, size: int) -> int | None:
     """Enqueue the copy on ``queue``, which belongs to a context of the memory; ``None`` when it
     has to be staged (the caller then runs it as a host function)."""
-    disp = queue._disp
+    disp = queue.disp
     if d.device is not None and s.device is not None and not _overlap(d, s, size) and _direct(d, s):
         try:
             seq = queue.enqueue(disp.data_exchange_impl, (s.device.handle, s.addr, d.device.handle, d.addr, size, queue.handle))
         except UnsupportedError:
             return None
     elif d.device is not None and s.host_ok and not d.host_ok:
-        if queue.device._backend is not d.device._backend:
+        if queue.device.plugin is not d.device.plugin:
             return None
         src = _host(s, size)
-        seq = queue.enqueue(disp.data_submit_impl, (queue._dh, queue.handle, d.addr, src, size), src)
+        seq = queue.enqueue(disp.data_submit_impl, (queue.dh, queue.handle, d.addr, src, size), src)
     elif s.device is not None and d.host_ok and not s.host_ok:
-        if queue.device._backend is not s.device._backend:
+        if queue.device.plugin is not s.device.plugin:
             return None
         dst = _host(d, size)
-        seq = queue.enqueue(disp.data_retrieve_impl, (queue._dh, queue.handle, dst, s.addr, size), dst)
+        seq = queue.enqueue(disp.data_retrieve_impl, (queue.dh, queue.handle, dst, s.addr, size), dst)
     elif d.host_ok and s.host_ok:
         dev = queue.device
         seq = queue.enqueue(disp.data_exchange_impl, (dev.handle, s.addr, dev.handle, d.addr, size, queue.handle),
@@ -255,13 +255,13 @@ def _copy_now(d: End, s: End, size: int) -> None:
         return
     owner = d if not d.host_ok else s
     assert owner.ctx is not None and owner.device is not None
-    queue = owner.ctx._internal.get(id(owner.device)) or owner.ctx.internal_queue(owner.device)
+    queue = owner.ctx.internal_queues.get(id(owner.device)) or owner.ctx.internal_queue(owner.device)
     seq = _copy_on(queue, d, s, size)
     if seq is None:
         _staged(d, s, size)
         return
-    if seq > queue._done:
-        queue._wait_until(seq)
+    if seq > queue.done:
+        queue.wait_until(seq)
 
 
 def _staged(d: End, s: End, size: int) -> None:
@@ -341,18 +341,18 @@ def memfill(ptr: Any, pattern: Any, size: Any = None, queue: QueueCore | None = 
     pat = narrowed(pat)
     if queue is None:
         if size:
-            if end.alloc is not None and end.alloc._users:
+            if end.alloc is not None and end.alloc.users:
                 _wait_for_users(end)
             _fill_now(end, pat, size)
         return None
     native = _check_queue(queue, end, None, "memfill")
     if not size:
-        return queue._event(0)  # type: ignore[attr-defined]
+        return queue.event_for(0)  # type: ignore[attr-defined]
     if native and end.device is not None and not end.device.host_memory:
         try:
-            seq = queue.enqueue(queue._disp.data_fill_impl, (queue._dh, queue.handle, end.addr, pat, size))
+            seq = queue.enqueue(queue.disp.data_fill_impl, (queue.dh, queue.handle, end.addr, pat, size))
             _record_use(end, queue, seq)
-            return queue._event(seq)  # type: ignore[attr-defined]
+            return queue.event_for(seq)  # type: ignore[attr-defined]
         except UnsupportedError:
             pass
     return _as_host_function(queue, lambda: _fill_now(end, pat, size), end)
@@ -374,7 +374,7 @@ def _fill_now(end: End, pat: bytes, size: int) -> None:
     assert end.ctx is not None and end.device is not None
     queue = end.ctx.internal_queue(end.device)
     try:
-        seq = queue.enqueue(queue._disp.data_fill_impl, (queue._dh, queue.handle, end.addr, pat, size))
+        seq = queue.enqueue(queue.disp.data_fill_impl, (queue.dh, queue.handle, end.addr, pat, size))
     except UnsupportedError:
         # A pattern the device cannot fill natively: write the expanded pattern in chunks.
         chunk = max(len(pat), STAGING_CHUNK - STAGING_CHUNK % len(pat))
@@ -385,7 +385,7 @@ def _fill_now(end: End, pat: bytes, size: int) -> None:
             _copy_now(_sub(end, off), _host_end(memoryview(block)[:n]), n)
         return
     _record_use(end, queue, seq)
-    queue._wait_until(seq)
+    queue.wait_until(seq)
 
 
 # ------------------------------------------------------------------------------------------
@@ -404,16 +404,16 @@ def prefetch(ptr: Any, size: Any, to: GenericDevice | None = None, queue: QueueC
     dev = to if to is not None else end.device
     if queue is not None:
         _check_queue(queue, end, None, "prefetch")
-        if not managed or dev is None or queue.device._backend is not dev._backend:
-            return queue._event(0)  # type: ignore[attr-defined]
-        seq = queue.enqueue(queue._disp.data_prefetch_impl, (dev.handle, queue.handle, end.addr, size, to is not None))
+        if not managed or dev is None or queue.device.plugin is not dev.plugin:
+            return queue.event_for(0)  # type: ignore[attr-defined]
+        seq = queue.enqueue(queue.disp.data_prefetch_impl, (dev.handle, queue.handle, end.addr, size, to is not None))
         _record_use(end, queue, seq)
-        return queue._event(seq)  # type: ignore[attr-defined]
+        return queue.event_for(seq)  # type: ignore[attr-defined]
     if managed and dev is not None and end.ctx is not None:
         internal = end.ctx.internal_queue(dev)
-        seq = internal.enqueue(internal._disp.data_prefetch_impl,
+        seq = internal.enqueue(internal.disp.data_prefetch_impl,
                                (dev.handle, internal.handle, end.addr, size, to is not None))
-        internal._wait_until(seq)
+        internal.wait_until(seq)
     return None
 
 
@@ -429,4 +429,4 @@ def advise(ptr: Any, size: Any, advice: MemAdvice, device: GenericDevice | None 
         return
     dev = device or end.device
     assert dev is not None
-    dev._disp.data_advise_impl(dev.handle, end.addr, size, advice)
+    dev.disp.data_advise_impl(dev.handle, end.addr, size, advice)

@@ -14,7 +14,7 @@ from faults import FaultPlugin, install
 
 
 def test_direct_dispatch_without_wrappers(host):
-    disp = host._disp
+    disp = host.disp
     assert disp.direct
     # a direct binding is the backend function itself, not pluggy's HookCaller
     assert disp.pm.hook.queue_query_impl.get_hookimpls()
@@ -24,7 +24,7 @@ def test_wrapper_sees_every_call_and_can_fail_one(host):
     plugin = FaultPlugin("data_alloc_impl", nth=2)
     factory = install(plugin)
     try:
-        assert not host._disp.direct
+        assert not host.disp.direct
         big = 4 << 20  # each allocation this large is a segment of its own: one hook call each
         a = host.alloc(big)
         with pytest.raises(pyoffload.BackendError) as err:
@@ -36,7 +36,7 @@ def test_wrapper_sees_every_call_and_can_fail_one(host):
         b.free()
     finally:
         runtime.remove_wrapper(factory)
-    assert host._disp.direct
+    assert host.disp.direct
 
 
 def test_tracing_logs_hook_calls(fresh_runtime, monkeypatch, caplog):
@@ -44,7 +44,7 @@ def test_tracing_logs_hook_calls(fresh_runtime, monkeypatch, caplog):
     fresh_runtime()
     caplog.set_level(logging.DEBUG, logger="pyoffload")
     dev = pyoffload.host_device()
-    assert not dev._disp.direct
+    assert not dev.disp.direct
     a = dev.alloc(1 << 16)
     pyoffload.memcpy(a, np.zeros(1 << 13, np.float64))
     a.free()

@@ -41,11 +41,11 @@ def test_oom_with_empty_pool_is_reported(host):
     plugin = FaultPlugin("data_alloc_impl", nth=1, exc=OutOfResourcesError("device memory exhausted"))
     factory = install(plugin)
     try:
-        before = len(host._rt.registry)
+        before = len(host.rt.registry)
         with pytest.raises(OffloadError) as err:
             host.alloc(8 << 20)
         assert err.value.errc is Errc.OUT_OF_RESOURCES
-        assert len(host._rt.registry) == before
+        assert len(host.rt.registry) == before
     finally:
         runtime.remove_wrapper(factory)
 

@@ -41,7 +41,7 @@ class Q:
     """Just what the allocator reads of a queue: how far it has completed."""
 
     def __init__(self) -> None:
-        self._done = 0
+        self.done = 0
 
 
 def make(max_request: int | None = None, capacity: int = 1 << 40) -> tuple[CachingAllocator, Backend]:
@@ -134,7 +134,7 @@ def test_stream_ordered_reuse():
     assert other.ptr != blk.ptr, "another queue reused memory q1 may still use"
     plain = pool.take(256)
     assert plain.ptr != blk.ptr, "an unordered allocation reused memory q1 may still use"
-    q1._done = 5
+    q1.done = 5
     assert pool.take(256, q2).ptr == blk.ptr, "q1 passed the free: anyone may reuse it"
 
 

@@ -47,7 +47,7 @@ def test_integers(monkeypatch):
 def test_tracking_off_means_off(monkeypatch, fresh_runtime):
     monkeypatch.setenv("PYOFFLOAD_TRACK_ALLOCATIONS", "false")
     fresh_runtime()
-    assert not pyoffload.host_device()._rt.tracker.on
+    assert not pyoffload.host_device().rt.tracker.on
 
 
 def test_a_bad_variable_stops_start_up_with_a_clear_error(monkeypatch, fresh_runtime):

@@ -134,7 +134,7 @@ def test_wrong_argument_count_when_signature_known(device, kernels, queue):
 
 def test_kernel_from_other_device_rejected(device_pair, images):
     a, b = device_pair
-    imgs = a._disp.conformance_images_impl(a.handle)
+    imgs = a.disp.conformance_images_impl(a.handle)
     with a.load_program(imgs["kernels"]) as prog:
         with b.create_queue() as qb:
             with pytest.raises(OffloadError) as err:

@@ -13,7 +13,7 @@ SCRIPT = textwrap.dedent(
     """
     import sys, numpy as np, pyoffload
     dev = [d for d in pyoffload.devices() if d.id == {dev_id!r}][0]
-    imgs = dev._disp.conformance_images_impl(dev.handle)
+    imgs = dev.disp.conformance_images_impl(dev.handle)
     p = dev.load_program(imgs["ctor_dtor"])
     out = dev.alloc(8, pyoffload.AllocKind.DEVICE)
     q = dev.create_queue()

@@ -28,7 +28,7 @@ def _with_twin(original: Any) -> Any:
 
 
 def owned_allocations(ctx: Any) -> list[Any]:
-    return [o for o in ctx._owned.values() if isinstance(o, pyoffload.Allocation)]
+    return [o for o in ctx.owned_objects.values() if isinstance(o, pyoffload.Allocation)]
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +64,7 @@ def snapshot(rt: Any) -> dict[str, Any]:
         "queues": len(rt.queues),
         "contexts": len(rt.contexts),
         "context_allocs": sum(len(owned_allocations(c)) for c in rt.contexts),
-        "live_allocs": sum(1 for _, _, a in rt.registry if a._live and a.owned),
+        "live_allocs": sum(1 for _, _, a in rt.registry if a.live and a.owned),
     }
 
 
@@ -76,12 +76,12 @@ def check_registry(rt: Any) -> None:
     for base, end, alloc in rt.registry:
         assert base >= prev_end, f"registry entries overlap at 0x{base:x}"
         prev_end = end
-        assert alloc._live, f"freed {alloc!r} still registered"
+        assert alloc.live, f"freed {alloc!r} still registered"
         assert alloc.ptr == base and alloc.size == end - base, alloc
         if alloc.owned:
-            assert alloc.context._owned.get(id(alloc)) is alloc, f"{alloc!r} missing from its context"
+            assert alloc.context.owned_objects.get(id(alloc)) is alloc, f"{alloc!r} missing from its context"
         seen.add(id(alloc))
     for ctx in rt.contexts:
         for alloc in owned_allocations(ctx):
-            assert id(alloc) in seen and alloc._live, f"{ctx!r} holds unregistered {alloc!r}"
+            assert id(alloc) in seen and alloc.live, f"{ctx!r} holds unregistered {alloc!r}"
     pinned_sizes(rt)

@@ -35,7 +35,7 @@ class ApiMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.devices = [pyoffload.host_device(), next(d for d in pyoffload.devices() if d.backend == "twin")]
-        self.rt = self.devices[0]._rt
+        self.rt = self.devices[0].rt
         self.base = sum(1 for _, _, a in self.rt.registry if a.owned)
         self.model: dict[int, np.ndarray] = {}  # id(allocation) -> expected bytes
         self.queues = [d.create_queue() for d in self.devices]
@@ -62,7 +62,7 @@ class ApiMachine(RuleBasedStateMachine):
         that last used these allocations, as an application must."""
         for a in allocs:
             prev = self.last_queue.get(id(a))
-            if q is not None and prev is not None and prev is not q and prev._live:
+            if q is not None and prev is not None and prev is not q and prev.live:
                 q.wait_events(prev.record())
             if q is not None:
                 self.last_queue[id(a)] = q
@@ -71,7 +71,7 @@ class ApiMachine(RuleBasedStateMachine):
         prog = self.programs.get(d)
         if prog is None:
             dev = self.devices[d]
-            prog = self.programs[d] = dev.load_program(dev._disp.conformance_images_impl(dev.handle)["kernels"])
+            prog = self.programs[d] = dev.load_program(dev.disp.conformance_images_impl(dev.handle)["kernels"])
         return prog
 
     # -- rules ----------------------------------------------------------------------------------

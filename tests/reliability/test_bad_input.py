@@ -40,7 +40,7 @@ class Env:
     """Objects for the rows to misuse: live, freed, destroyed and foreign ones."""
 
     def __init__(self) -> None:
-        self.rt = pyoffload.host_device()._rt
+        self.rt = pyoffload.host_device().rt
         self.dev = pyoffload.host_device()
         self.ctx = self.dev.default_context
         self.twins = [d for d in pyoffload.devices() if d.backend == "twin"]
@@ -79,7 +79,7 @@ class Env:
             fn()
         self.q.wait()
         for x in (self.a, self.big, self.h, self.ta):
-            if x is not None and x._live:
+            if x is not None and x.live:
                 x.free()
         self.prog.unload()
         self.q.destroy()
@@ -457,4 +457,4 @@ def test_objects_after_shutdown(fresh_runtime):
     # a fresh runtime does not know the old runtime's pointers
     with pytest.raises(NotFoundError, match=f"{a.ptr:x}"):
         pyoffload.mem_info(a.ptr)
-    assert len(pyoffload.host_device()._rt.registry) == 0
+    assert len(pyoffload.host_device().rt.registry) == 0

@@ -23,7 +23,7 @@ from pyoffload.host.compiler import packaged_image
 
 def _kernels_image(dev):
     """The device's own build of the conformance kernels (an ELF for host, OpenCL C for PoCL...)."""
-    return dev._disp.conformance_images_impl(dev.handle)["kernels"]
+    return dev.disp.conformance_images_impl(dev.handle)["kernels"]
 
 from conftest import check_registry
 

@@ -66,7 +66,7 @@ def workload(backend: str) -> list[tuple[str, Callable[[dict[str, Any]], Any]]]:
 
     def images(s: dict[str, Any]) -> dict[str, bytes]:
         d = dev(s)
-        return d._disp.conformance_images_impl(d.handle)
+        return d.disp.conformance_images_impl(d.handle)
 
     def launch(s: dict[str, Any]) -> Any:
         s["ev"] = s["q"].launch(s["k"], 1, 64, [s["b"], np.int32(64), np.int32(5)])
@@ -128,7 +128,7 @@ def workload(backend: str) -> list[tuple[str, Callable[[dict[str, Any]], Any]]]:
 def _cleanup(s: dict[str, Any]) -> None:
     """Release what the interrupted workload made (no fault fires twice)."""
     q = s.get("q")
-    if q is not None and q._live:
+    if q is not None and q.live:
         try:
             q.wait()
         except OffloadError:
@@ -137,11 +137,11 @@ def _cleanup(s: dict[str, Any]) -> None:
         p = s.get(key)
         if p is not None and p.loaded:
             p.unload()
-    if q is not None and q._live:
+    if q is not None and q.live:
         q.destroy()
     for key in ("a", "b", "h", "m", "c"):
         a = s.get(key)
-        if a is not None and a._live:
+        if a is not None and a.live:
             a.free()
     d = s.get("dev")
     if d is not None:
@@ -157,7 +157,7 @@ def _cleanup(s: dict[str, Any]) -> None:
 
 def run_workload(dev: Any, plugin: Any = None) -> dict[str, Any]:
     """Run the workload; stop at the step where ``plugin`` fires and return what happened."""
-    rt = dev._rt
+    rt = dev.rt
     s: dict[str, Any] = {"dev": dev, "src": np.arange(4096, dtype=np.uint8), "dst": np.zeros(4096, np.uint8),
                          "pin": np.zeros(256, np.uint8)}
     result: dict[str, Any] = {"step": None}
@@ -193,7 +193,7 @@ def run_workload(dev: Any, plugin: Any = None) -> dict[str, Any]:
 
 def exercise(dev: Any) -> None:
     """A device works: allocate, copy, launch, read back, free."""
-    img = dev._disp.conformance_images_impl(dev.handle)
+    img = dev.disp.conformance_images_impl(dev.handle)
     buf = dev.alloc(1024)
     with dev.load_program(img["kernels"]) as prog, dev.create_queue() as q:
         q.launch(prog.kernel("iota_i32"), 4, 64, [buf, np.int32(256), np.int32(3)]).wait()

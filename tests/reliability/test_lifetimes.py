@@ -33,7 +33,7 @@ def dev(request, twin_runtime):
 
 @pytest.fixture
 def kernels(dev):
-    with dev.load_program(dev._disp.conformance_images_impl(dev.handle)["kernels"]) as prog:
+    with dev.load_program(dev.disp.conformance_images_impl(dev.handle)["kernels"]) as prog:
         yield prog
 
 
@@ -97,7 +97,7 @@ def test_free_waits_for_a_queued_fill_and_the_block_is_not_reused_early(dev):
 def test_unload_waits_for_queued_launches(dev):
     q = dev.create_queue()
     gate = threading.Event()
-    prog = dev.load_program(dev._disp.conformance_images_impl(dev.handle)["kernels"])
+    prog = dev.load_program(dev.disp.conformance_images_impl(dev.handle)["kernels"])
     out = dev.alloc(8)
     q.launch_host_function(gate.wait)
     q.launch(prog.kernel("sleep_spin"), 1, 1, [out, np.int64(100_000)])
@@ -118,8 +118,8 @@ def test_unload_waits_for_queued_launches(dev):
 
 def test_unload_is_bounded_while_another_thread_keeps_launching(dev):
     """Unload waits for the launches recorded before it, not for a queue that never drains."""
-    prog = dev.load_program(dev._disp.conformance_images_impl(dev.handle)["kernels"])
-    other = dev.load_program(dev._disp.conformance_images_impl(dev.handle)["kernels"])
+    prog = dev.load_program(dev.disp.conformance_images_impl(dev.handle)["kernels"])
+    other = dev.load_program(dev.disp.conformance_images_impl(dev.handle)["kernels"])
     q = dev.create_queue()
     stop = threading.Event()
 
@@ -141,7 +141,7 @@ def test_unload_is_bounded_while_another_thread_keeps_launching(dev):
 
 
 def test_prepared_launch_after_unload_is_refused(dev):
-    prog = dev.load_program(dev._disp.conformance_images_impl(dev.handle)["kernels"])
+    prog = dev.load_program(dev.disp.conformance_images_impl(dev.handle)["kernels"])
     q = dev.create_queue()
     launch = q.prepare(prog.kernel("noop"), 1, 1, [])
     launch().wait()
@@ -253,7 +253,7 @@ def test_host_functions_may_call_the_runtime(dev, kernels):
 
 def test_shutdown_while_another_thread_launches(fresh_runtime):
     dev = pyoffload.host_device()
-    prog = dev.load_program(dev._disp.conformance_images_impl(dev.handle)["kernels"])
+    prog = dev.load_program(dev.disp.conformance_images_impl(dev.handle)["kernels"])
     q = dev.create_queue()
     errors: list[BaseException] = []
     started = threading.Event()
@@ -316,15 +316,15 @@ def test_interrupted_free_leaves_the_allocation_usable_and_a_retry_waits(dev, ke
     q.launch_host_function(gate.wait)
     q.memfill(a, np.uint8(5))
 
-    original = q._wait_until
+    original = q.wait_until
 
     def interrupted(seq):
         raise KeyboardInterrupt
 
-    q._wait_until = interrupted
+    q.wait_until = interrupted
     with pytest.raises(KeyboardInterrupt):
         a.free()
-    q._wait_until = original
+    q.wait_until = original
     assert not a.freed, "an interrupted free freed the memory anyway"
     t, box = _in_thread(a.free)
     assert _still_blocked(t), "the retried free did not wait"

@@ -31,7 +31,7 @@ class RegistryMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.devices = list(pyoffload.devices())
-        self.rt = self.devices[0]._rt
+        self.rt = self.devices[0].rt
         self.base_count = len(self.rt.registry)
         self.model: dict[int, tuple[int, AllocKind, object]] = {}
         self.freed: list[int] = []
