@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 from pyoffload.backend import (
     BackendError,
@@ -29,6 +30,16 @@ def translate(exc: Exception, what: str) -> OffloadError:
     if code in _BAD_ARGUMENTS:
         return InvalidArgumentError(message)
     return BackendError(message)
+
+
+def check_status(event: Any, what: str) -> bool:
+    """Whether the command behind ``event`` completed; raise if it failed (negative status)."""
+    import pyopencl as cl
+
+    status = event.get_info(cl.event_info.COMMAND_EXECUTION_STATUS)
+    if status < 0:
+        raise BackendError(f"{what}: an earlier command failed with OpenCL status {status}")
+    return status == 0  # CL_COMPLETE
 
 
 @contextlib.contextmanager

@@ -14,7 +14,8 @@ Formats, checked in this order:
     ``clCreateProgramWithBinary``.
 ``source``
     OpenCL C source text: UTF-8 without NUL bytes that declares at least one kernel.  Built
-    with :data:`SOURCE_OPTIONS`.
+    with :data:`SOURCE_OPTIONS`.  On a device without program-scope global variables (PoCL 3.1
+    gives each kernel its own copy of them) source declaring writable ones is refused.
 
 Anything else raises ``InvalidBinaryError`` before the driver sees it.
 """
@@ -27,12 +28,11 @@ from typing import Any
 
 from pyoffload.backend import CompileError, InvalidBinaryError, UnsupportedError
 
-from .handles import OclContext, OclDevice
+from .handles import OclDevice
 
 # OpenCL C 2.0 gives program-scope variables and generic pointers; kernel-arg-info makes
 # clGetKernelArgInfo work (signatures and the hidden state parameter need it).
 SOURCE_OPTIONS = ("-cl-std=CL2.0", "-cl-kernel-arg-info")
-SOURCE_OPTIONS_CL12 = ("-cl-std=CL1.2", "-cl-kernel-arg-info")
 SPIR_OPTIONS = ("-x", "spir", "-spir-std=1.2", "-cl-kernel-arg-info")
 
 _BITCODE_MAGIC = b"BC\xc0\xde"
@@ -93,54 +93,110 @@ def check_spir_target(image: bytes, device: OclDevice) -> None:
         )
 
 
-def build(context: OclContext, device: OclDevice, image: bytes) -> tuple[Any, str]:
-    """Create and build a program for ``device``; return ``(cl.Program, format)``."""
+# Program-scope variables in OpenCL C source: comments and literals, preprocessor lines and
+# attributes are dropped first; what is left at file scope is split into declarations.
+_NOISE_RE = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'', re.S)
+_DIRECTIVE_RE = re.compile(r"^[ \t]*#(?:[^\n]*\\\n)*[^\n]*", re.M)
+_ATTRIBUTE_RE = re.compile(r"__attribute__\s*\(\((?:[^()]|\([^()]*\))*\)\)")
+_FUNCTION_BODY_RE = re.compile(r"\)[^;{}]*\{\}")
+_CONSTANT_RE = re.compile(r"\b(?:__)?constant\b")
+_STATIC_RE = re.compile(r"\bstatic\b([^;]*)")
+_DECLARATOR_RE = re.compile(r"(\w+)\s*(?:\[[^\]]*\]\s*)*(?:=.*)?$", re.S)
+
+
+def program_scope_variables(source: str) -> list[str]:
+    """The writable program-scope variables ``source`` declares: at file scope, or ``static``
+    inside a function (both live in the global address space in OpenCL C 2.0)."""
+    text = _ATTRIBUTE_RE.sub(" ", _DIRECTIVE_RE.sub("", _NOISE_RE.sub(" ", source)))
+    top: list[str] = []
+    body: list[str] = []
+    depth = 0
+    for ch in text:  # file scope with every brace body collapsed to "{}"; the bodies apart
+        if ch == "{":
+            depth += 1
+            if depth == 1:
+                top.append("{}")
+                continue
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                body.append(";")
+                continue
+        (body if depth else top).append(ch)
+    declarations = _FUNCTION_BODY_RE.sub(");", "".join(top)).split(";")
+    declarations += [m.group(1) for m in _STATIC_RE.finditer("".join(body))]
+    names = []
+    for decl in declarations:
+        decl = decl.strip()
+        head = decl.split("=", 1)[0].rstrip()
+        if not decl or decl.startswith("typedef") or "(" in head or head.endswith("{}") or _CONSTANT_RE.search(head):
+            continue  # a type, a function, or a read-only constant
+        for part in re.split(r",(?![^()]*\))", decl):
+            match = _DECLARATOR_RE.search(part.strip())
+            if match:
+                names.append(match.group(1))
+    return names
+
+
+def check_source(device: OclDevice, source: str) -> None:
+    """Refuse writable program-scope variables where the device would give every kernel its
+    own copy of them: a value one kernel writes would silently be invisible to the others."""
+    names = [] if device.program_scope_globals else program_scope_variables(source)
+    if names:
+        raise UnsupportedError(
+            f"program-scope variable(s) {', '.join(map(repr, names))}: OpenCL device {device.name!r} "
+            "gives each kernel its own copy (CL_DEVICE_MAX_GLOBAL_VARIABLE_SIZE is 0); keep program-wide "
+            "state in the program state block (pyoffload_state) instead"
+        )
+
+
+def build(context: Any, device: OclDevice, image: bytes) -> Any:
+    """Create and build a ``cl.Program`` for ``device`` from an image of any format."""
     fmt = detect_format(image)
     import pyopencl as cl
 
     devices = [device.cl_device]
+    options: tuple[str, ...] = ("-cl-kernel-arg-info",)  # PoCL keeps arg info in binaries only then
+    if fmt == "source":
+        return build_source(context, device, image.rstrip(b"\x00").decode("utf-8"), ())
     if fmt == "spir":
         check_spir_target(image, device)
-        create = lambda: cl._cl._Program(context.cl_context, devices, [bytes(image)])  # noqa: E731
         options = SPIR_OPTIONS
-    elif fmt == "binary":
-        create = lambda: cl._cl._Program(context.cl_context, devices, [bytes(image)])  # noqa: E731
-        options = ("-cl-kernel-arg-info",)  # PoCL keeps arg info in its binaries only then
-    elif fmt == "spirv":
-        if not device.il_version:
-            raise UnsupportedError(f"device {device.name!r} does not accept SPIR-V (no IL version)")
-        create = lambda: cl._cl._create_program_with_il(context.cl_context, bytes(image))  # noqa: E731
-        options = ("-cl-kernel-arg-info",)
-    else:
-        text = image.rstrip(b"\x00").decode("utf-8")
-        create = lambda: cl._cl._Program(context.cl_context, text)  # noqa: E731
-        options = SOURCE_OPTIONS if device.svm_caps else SOURCE_OPTIONS_CL12
-
+    elif fmt == "spirv" and not device.il_version:
+        raise UnsupportedError(f"device {device.name!r} does not accept SPIR-V (no IL version)")
     try:
-        raw = create()
-    except cl.Error as exc:
-        if fmt == "source":
-            raise
-        # The driver refused the bytes themselves (wrong device, corrupt binary).
+        if fmt == "spirv":
+            raw = cl._cl._create_program_with_il(context, bytes(image))
+        else:
+            raw = cl._cl._Program(context, devices, [bytes(image)])
+    except cl.Error as exc:  # the driver refused the bytes themselves (wrong device, corrupt)
         raise InvalidBinaryError(f"the OpenCL driver rejected the {fmt} image: {exc}") from exc
+    return _build(raw, device, fmt, options)
+
+
+def build_source(context: Any, device: OclDevice, source: str, options: tuple[str, ...]) -> Any:
+    import pyopencl as cl
+
+    check_source(device, source)
+    return _build(cl._cl._Program(context, source), device, "source", SOURCE_OPTIONS + tuple(options))
+
+
+def _build(raw: Any, device: OclDevice, fmt: str, options: tuple[str, ...]) -> Any:
+    import pyopencl as cl
+
     try:
         with warnings.catch_warnings():
             # pyopencl warns about non-empty build logs; the log is not an error here.
             warnings.simplefilter("ignore")
-            raw.build(" ".join(options).encode(), devices)
+            raw.build(" ".join(options).encode(), [device.cl_device])
     except cl.Error as exc:
-        log = _build_log(raw, device) or str(exc)
-        first = next((line for line in log.splitlines() if "error" in line), log.splitlines()[0] if log else "")
+        try:
+            log = str(raw.get_build_info(device.cl_device, cl.program_build_info.LOG)).strip()
+        except cl.Error:
+            log = ""
+        log = log or str(exc)
+        first = next((line for line in log.splitlines() if "error" in line), (log.splitlines() or [""])[0])
         raise CompileError(
             f"building the {fmt} image for {device.name!r} failed: {first.strip()}", build_log=log
         ) from exc
-    return cl.Program(raw), fmt
-
-
-def _build_log(raw: Any, device: OclDevice) -> str:
-    import pyopencl as cl
-
-    try:
-        return str(raw.get_build_info(device.cl_device, cl.program_build_info.LOG)).strip()
-    except cl.Error:
-        return ""
+    return cl.Program(raw)

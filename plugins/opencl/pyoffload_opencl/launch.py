@@ -1,13 +1,15 @@
-"""Kernel arguments and NDRange launches.
+"""Kernels: signatures from kernel-arg info, argument packing and NDRange launches.
 
-Argument setting is the hot path, so each kind goes straight to the cheapest pyopencl entry
+The packer (``kernel_packer_impl``) decides once per argument-kind signature how each argument
+is set, and turns one launch's checked values into ``(setter, value)`` pairs; the launch then
+only calls the setters and enqueues.  Each kind goes straight to the cheapest pyopencl entry
 point (measured on PoCL 3.1, pyopencl 2026.1):
 
-* ``int`` pointers: ``Kernel._set_arg_svm`` with a ``cl.SVM`` tag over the address (~0.7 us;
-  clSetKernelArgSVMPointer accepts interior pointers).
-* ``numpy`` scalars: ``Kernel._set_arg_buf`` with the scalar's own bytes (~0.15 us).  The public
-  ``Kernel.set_arg`` costs ~15 us for a scalar: it tries every other argument type first.
-* :class:`LocalMemory`: ``Kernel.set_arg(i, cl.LocalMemory(size))``.
+* pointers: ``Kernel._set_arg_svm`` with a ``cl.SVM`` tag over the address (~0.7 us;
+  clSetKernelArgSVMPointer accepts interior pointers); NULL through ``set_arg(i, None)``;
+* scalars: ``Kernel._set_arg_buf`` with the numpy scalar's own bytes (~0.15 us; the public
+  ``set_arg`` costs ~15 us for a scalar: it tries every other argument type first);
+* local memory: ``set_arg(i, cl.LocalMemory(size))``.
 
 The private entry points are the ones pyopencl's own generated invokers call; where a pyopencl
 version lacks them, the public ``set_arg`` is used.
@@ -18,122 +20,123 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from pyoffload.backend import InvalidArgumentError, LocalMemory
+from pyoffload.backend import scalar_kind
 
-from . import svm
-from .handles import OclKernel, OclQueue
+from .errors import driver_call
+from .handles import OclDevice, OclKernel, OclProgram, OclQueue
+from .state import STATE_PARAM
+from .svm import C1
 
-_C1 = svm._C1
-_from_address = _C1.from_address
-
-# pyopencl and numpy, bound on first use: this module must import without them.
-_cl: Any = None
-_generic: Any = None
+_BUF, _SVM, _ARG = range(3)  # indices into OclKernel.setters
 
 
-def _bind() -> None:
-    global _cl, _generic
-    import numpy as np
+def setters(cl_kernel: Any) -> tuple[Any, Any, Any]:
+    return (getattr(cl_kernel, "_set_arg_buf", None) or cl_kernel.set_arg,
+            getattr(cl_kernel, "_set_arg_svm", None) or cl_kernel.set_arg, cl_kernel.set_arg)
+
+
+def make_kernel(program: OclProgram, name: str) -> OclKernel:
     import pyopencl as cl
 
-    _generic = np.generic
-    _cl = cl
+    with driver_call(f"creating kernel {name!r}"):
+        cl_kernel = cl.Kernel(program.cl_program, name)
+    names, kinds = _describe(cl_kernel, program.device.address_bits)
+    # The hidden state parameter is the last one; callers never pass it (see state.py).
+    index = len(names) - 1 if names and names[-1] == STATE_PARAM else None
+    if index is not None and kinds is not None:
+        kinds = kinds[:-1]
+    kernel = OclKernel(program, name, cl_kernel, tuple(kinds) if kinds is not None else None,
+                       setters(cl_kernel), index)
+    bind_state(kernel, cl_kernel)
+    return kernel
 
 
-def _setters(cl_kernel: Any) -> tuple[Callable[[int, Any], None], Callable[[int, Any], None]]:
-    set_buf = getattr(cl_kernel, "_set_arg_buf", None) or cl_kernel.set_arg
-    set_svm = getattr(cl_kernel, "_set_arg_svm", None) or cl_kernel.set_arg
-    return set_buf, set_svm
-
-
-def set_args(kernel: OclKernel, cl_kernel: Any, args: tuple[Any, ...], setters: tuple[Any, Any] | None = None) -> None:
-    """Set the caller's arguments on ``cl_kernel`` (the hidden state parameter is already set).
-    ``setters`` is ``_setters(cl_kernel)``, passed in by callers that cache it."""
-    if _cl is None:
-        _bind()
-    if len(args) != kernel.num_params:
-        raise InvalidArgumentError(
-            f"kernel {kernel.name!r} takes {kernel.num_params} arguments, got {len(args)}"
-        )
-    set_buf, set_svm = setters if setters is not None else _setters(cl_kernel)
-    svm_tag = _cl.SVM
-    from_address = _from_address
-    generic = _generic
-    for i, arg in enumerate(args):
-        if type(arg) is int:
-            if arg:
-                set_svm(i, svm_tag(from_address(arg)))
-            else:
-                cl_kernel.set_arg(i, None)  # NULL pointer
-        elif isinstance(arg, generic):
-            set_buf(i, arg)
-        elif isinstance(arg, LocalMemory):
-            cl_kernel.set_arg(i, _cl.LocalMemory(arg.size))
-        elif isinstance(arg, int):  # int subclasses: a pointer value
-            set_svm(i, svm_tag(from_address(int(arg))))
-        else:
-            raise InvalidArgumentError(
-                f"argument {i} of kernel {kernel.name!r}: unsupported type {type(arg).__name__}"
-            )
-
-
-def set_state_arg(kernel: OclKernel, cl_kernel: Any) -> None:
+def bind_state(kernel: OclKernel, cl_kernel: Any) -> None:
     """Bind the program's state block to the hidden parameter; it never changes afterwards."""
-    if kernel.state_index is None:
-        return
+    import pyopencl as cl
+
     block = kernel.program.state
-    if block is None:
-        # The layout kernel has not run (it is running now, or the program declares none).
-        cl_kernel.set_arg(kernel.state_index, None)
-    else:
-        _, set_svm = _setters(cl_kernel)
-        set_svm(kernel.state_index, svm.svm_arg(block.base))
+    if kernel.state_index is not None:
+        cl_kernel.set_arg(kernel.state_index, cl.SVM(C1.from_address(block.base)) if block else None)
 
 
-def ndrange(grid: tuple[int, int, int], block: tuple[int, int, int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """OpenCL's global size is grid * block per dimension; the local size is the block."""
-    return (grid[0] * block[0], grid[1] * block[1], grid[2] * block[2]), tuple(block)
+def _describe(cl_kernel: Any, address_bits: int) -> tuple[list[str] | None, list[str] | None]:
+    """``(parameter names, parameter kinds)`` from clGetKernelArgInfo; either is None where the
+    image does not say (no kernel-arg info) or a parameter has no pyoffload kind (vectors)."""
+    import pyopencl as cl
+
+    info = cl.kernel_arg_info
+    names: list[str] = []
+    kinds: list[str] | None = []
+    try:
+        for i in range(int(cl_kernel.num_args)):
+            names.append(str(cl_kernel.get_arg_info(i, info.NAME)))
+            qual = int(cl_kernel.get_arg_info(i, info.ADDRESS_QUALIFIER))
+            type_name = str(cl_kernel.get_arg_info(i, info.TYPE_NAME)).strip()
+            if qual == cl.kernel_arg_address_qualifier.LOCAL:
+                kind: str | None = "local"
+            elif type_name.endswith("*"):
+                kind = "ptr"
+            elif type_name in ("size_t", "uintptr_t", "ptrdiff_t", "intptr_t"):
+                kind = f"{'u' if type_name[0] in 'su' else 'i'}{address_bits}"
+            else:
+                kind = scalar_kind(type_name)
+            if kinds is not None and kind is not None:
+                kinds.append(kind)
+            else:
+                kinds = None
+    except cl.Error:
+        return None, None  # KERNEL_ARG_INFO_NOT_AVAILABLE
+    return names, kinds
 
 
-def launch(queue: OclQueue | None, kernel: OclKernel, grid, block, args) -> Any:
-    if _cl is None:
-        _bind()
-    cl_queue = queue.cl_queue if queue is not None else kernel.program.context.internal_queue(kernel.program.device)
-    gws = (grid[0] * block[0], grid[1] * block[1], grid[2] * block[2])
-    with kernel.lock:
-        set_args(kernel, kernel.cl_kernel, args, kernel.setters)
-        event = _cl.enqueue_nd_range_kernel(cl_queue, kernel.cl_kernel, gws, block)
-    if queue is None:
-        event.wait()
-        return None
-    queue.last_event = event
-    return event
+def packer(kinds: tuple[str, ...]) -> Callable[[tuple[Any, ...]], list[tuple[int, Any]]]:
+    import pyopencl as cl
+
+    svm, local, at = cl.SVM, cl.LocalMemory, C1.from_address
+    how = tuple(_SVM if k == "ptr" else _ARG if k == "local" else _BUF for k in kinds)
+
+    def pack(values: tuple[Any, ...]) -> list[tuple[int, Any]]:
+        out = []
+        for h, v in zip(how, values):
+            if h == _BUF:
+                out.append((_BUF, v))
+            elif h == _SVM:
+                out.append((_SVM, svm(at(v))) if v else (_ARG, None))
+            else:
+                out.append((_ARG, local(v.size)))
+        return out
+
+    return pack
 
 
-def prepare(queue: OclQueue | None, kernel: OclKernel, grid, block, args) -> Callable[[], Any]:
+def prepare(queue: OclQueue, kernel: OclKernel, grid: tuple[int, int, int], block: tuple[int, int, int],
+            args: list[tuple[int, Any]]) -> Callable[[], None]:
     """A private ``cl.Kernel`` with everything bound; the closure only enqueues."""
     import pyopencl as cl
 
     cl_kernel = cl.Kernel(kernel.program.cl_program, kernel.name)
-    set_state_arg(kernel, cl_kernel)
-    set_args(kernel, cl_kernel, args)
-    gws, lws = ndrange(grid, block)
-    enqueue = cl.enqueue_nd_range_kernel
-    if queue is not None:
-        cl_queue = queue.cl_queue
-        oq = queue
+    bind_state(kernel, cl_kernel)
+    setter = setters(cl_kernel)
+    for i, (h, v) in enumerate(args):
+        setter[h](i, v)
+    gws = (grid[0] * block[0], grid[1] * block[1], grid[2] * block[2])
+    enqueue, cl_queue = cl.enqueue_nd_range_kernel, queue.cl_queue
 
-        def launch_prepared() -> Any:
-            oq.last_event = event = enqueue(cl_queue, cl_kernel, gws, lws)
-            return event
+    def launch_prepared() -> None:
+        queue.last = enqueue(cl_queue, cl_kernel, gws, block)
 
-    else:
-        cl_queue = kernel.program.context.internal_queue(kernel.program.device)
-
-        def launch_prepared() -> Any:
-            enqueue(cl_queue, cl_kernel, gws, lws).wait()
-            return None
-
-    # Keep the argument objects' owners reachable from the closure's cell (the kernel).
-    launch_prepared.cl_kernel = cl_kernel  # type: ignore[attr-defined]
     return launch_prepared
+
+
+def attributes(device: OclDevice, kernel: OclKernel) -> dict[str, Any]:
+    import pyopencl as cl
+
+    wg = cl.kernel_work_group_info
+    get = kernel.cl_kernel.get_work_group_info
+    return {
+        "max_work_group_size": int(get(wg.WORK_GROUP_SIZE, device.cl_device)),
+        "preferred_work_group_multiple": int(get(wg.PREFERRED_WORK_GROUP_SIZE_MULTIPLE, device.cl_device)),
+        "local_memory_bytes": int(get(wg.LOCAL_MEM_SIZE, device.cl_device)),
+        "private_memory_bytes": int(get(wg.PRIVATE_MEM_SIZE, device.cl_device)),
+    }

@@ -1,24 +1,31 @@
-"""pyoffload's OpenCL backend: the ``*_impl`` hooks, over pyopencl.
+"""pyoffload's OpenCL backend: the ``*_impl`` hooks of contract v1, over pyopencl.
 
-Each hook is a thin adapter; the work lives in the modules named next to it.  pyopencl is
-imported only inside hooks, so importing this module never fails on a machine without OpenCL.
+Each hook is a thin adapter over one OpenCL call; memory is in :mod:`.svm`, images in
+:mod:`.images`, the program state block in :mod:`.state`, kernels in :mod:`.launch`.  pyopencl
+is imported only inside hooks, so importing this module never fails on a machine without
+OpenCL.  Every enqueue records the command's event as the queue's ``last``, which is all
+``queue_query_impl`` and ``queue_synchronize_impl`` need to report completion and failures.
 """
 
 from __future__ import annotations
 
+import ctypes
+import operator
 import re
 from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import Any
 
+import numpy as np
 from pyoffload.backend import (
+    HOOK_API,
     AllocKind,
     DeviceDesc,
     DeviceType,
     InitFini,
+    InvalidArgumentError,
     MemoryConnection,
     NoDevicesError,
-    NotFoundError,
     PlatformDesc,
     SymbolDesc,
     SymbolKind,
@@ -26,21 +33,15 @@ from pyoffload.backend import (
     hookimpl,
 )
 
-from . import events, images, launch, signature, state, svm
-from .errors import driver_call, translate
-from .handles import SVM_FINE_GRAIN_SYSTEM, OclContext, OclDevice, OclKernel, OclProgram, OclQueue
+from . import images, launch, state, svm
+from .errors import check_status, driver_call, translate
+from .handles import SVM_FINE_GRAIN_SYSTEM, OclContext, OclDevice, OclEvent, OclKernel, OclProgram, OclQueue
 
-# --------------------------------------------------------------------------------------------
-# Lifecycle and devices
-# --------------------------------------------------------------------------------------------
+__all__ = ["HOOK_API"]
 
-_DEVICES: list[OclDevice] = []
+_new = object.__new__
 
-
-def _is_cl_error(exc: BaseException) -> bool:
-    import pyopencl as cl
-
-    return isinstance(exc, cl.Error)
+# -- lifecycle and devices ----------------------------------------------------------------
 
 
 def _device_type(cl_type: int) -> DeviceType:
@@ -48,12 +49,10 @@ def _device_type(cl_type: int) -> DeviceType:
 
     if cl_type & cl.device_type.GPU:
         return DeviceType.GPU
-    if cl_type & cl.device_type.CPU:
-        return DeviceType.CPU
-    return DeviceType.ACCELERATOR
+    return DeviceType.CPU if cl_type & cl.device_type.CPU else DeviceType.ACCELERATOR
 
 
-def _make_device(cl_device: Any, platform_name: str, index: int) -> OclDevice:
+def _make_device(cl_device: Any) -> OclDevice:
     import pyopencl as cl
 
     def info(name: str, default: Any) -> Any:
@@ -62,16 +61,8 @@ def _make_device(cl_device: Any, platform_name: str, index: int) -> OclDevice:
         except (cl.Error, AttributeError):
             return default
 
-    return OclDevice(
-        cl_device=cl_device,
-        platform_name=platform_name,
-        index=index,
-        svm_caps=int(info("SVM_CAPABILITIES", 0)),
-        address_bits=int(cl_device.address_bits),
-        program_scope_globals=int(info("MAX_GLOBAL_VARIABLE_SIZE", 0)) > 0,
-        il_version=str(info("IL_VERSION", "") or ""),
-        max_alloc=int(cl_device.max_mem_alloc_size),
-    )
+    return OclDevice(cl_device, int(info("SVM_CAPABILITIES", 0)), int(cl_device.address_bits),
+                     int(info("MAX_GLOBAL_VARIABLE_SIZE", 0)) > 0, str(info("IL_VERSION", "") or ""))
 
 
 def _short_name(platform: Any) -> str:
@@ -92,20 +83,15 @@ def init_impl() -> Sequence[PlatformDesc]:
     except cl.Error as exc:
         raise NoDevicesError(f"no OpenCL platform (ICD loader: {exc})") from exc
     result = []
-    index = 0
     for platform in platforms:
         try:
             cl_devices = platform.get_devices()
         except cl.Error:
             continue  # a platform whose driver finds nothing: skip it, keep the others
-        descs = []
-        for cl_device in cl_devices:
-            dev = _make_device(cl_device, platform.name, index)
-            index += 1
-            _DEVICES.append(dev)
-            descs.append(DeviceDesc(str(cl_device.name), str(cl_device.vendor).strip(), _device_type(cl_device.type), dev))
+        descs = tuple(DeviceDesc(str(d.name), str(d.vendor).strip(), _device_type(d.type), _make_device(d))
+                      for d in cl_devices)
         if descs:
-            result.append(PlatformDesc(platform.name, platform.vendor, platform.version, tuple(descs), platform,
+            result.append(PlatformDesc(platform.name, platform.vendor, platform.version, descs, platform,
                                        short_name=_short_name(platform)))
     if not result:
         raise NoDevicesError(f"{len(platforms)} OpenCL platform(s), none with a device")
@@ -114,43 +100,32 @@ def init_impl() -> Sequence[PlatformDesc]:
 
 @hookimpl
 def deinit_impl() -> None:
-    svm.REGISTRY.clear()
-    _DEVICES.clear()
+    return None  # pyopencl releases the driver's objects with their Python wrappers
 
 
 @hookimpl
 def device_info_impl(device: OclDevice) -> dict[str, Any]:
-    import pyopencl as cl
-
     d = device.cl_device
-    caps = device.svm_caps
     return {
-        "memory_bytes": int(d.global_mem_size),
-        "compute_units": int(d.max_compute_units),
-        "architecture": str(d.name),
         "driver_version": str(d.driver_version),
+        "compute_units": int(d.max_compute_units),
         "max_work_group_size": int(d.max_work_group_size),
-        "max_work_item_sizes": tuple(int(x) for x in d.max_work_item_sizes),
-        "max_alloc_bytes": int(d.max_mem_alloc_size),
+        "max_work_item_sizes": tuple(int(x) for x in d.max_work_item_sizes)[:3],
+        "max_grid_size": ((1 << device.address_bits) - 1,) * 3,  # the global size is a size_t
+        "global_memory_bytes": int(d.global_mem_size),
         "local_memory_bytes": int(d.local_mem_size),
+        "max_alloc_bytes": int(d.max_mem_alloc_size),
+        "clock_mhz": int(d.max_clock_frequency),
         "address_bits": device.address_bits,
-        "opencl_version": str(d.version),
-        "opencl_c_version": str(d.opencl_c_version),
-        "platform_version": str(d.platform.version),
-        "svm_coarse_grain": bool(caps & cl.device_svm_capabilities.COARSE_GRAIN_BUFFER),
-        "svm_fine_grain": bool(caps & cl.device_svm_capabilities.FINE_GRAIN_BUFFER),
-        "svm_fine_grain_system": bool(caps & cl.device_svm_capabilities.FINE_GRAIN_SYSTEM),
-        "svm_atomics": bool(caps & cl.device_svm_capabilities.ATOMICS),
-        "program_scope_globals": device.program_scope_globals,
-        "spir": "cl_khr_spir" in str(d.extensions).split(),
-        "il_version": device.il_version,
-        "extensions": " ".join(str(d.extensions).split()),
+        "memory_kinds": svm.memory_kinds(device.svm_caps),
+        "opencl.version": str(d.version),
+        "opencl.c_version": str(d.opencl_c_version),
+        "opencl.platform_version": str(d.platform.version),
+        "opencl.svm_capabilities": device.svm_caps,
+        "opencl.program_scope_globals": device.program_scope_globals,
+        "opencl.il_version": device.il_version,
+        "opencl.extensions": " ".join(str(d.extensions).split()),
     }
-
-
-# --------------------------------------------------------------------------------------------
-# Contexts
-# --------------------------------------------------------------------------------------------
 
 
 @hookimpl
@@ -158,24 +133,42 @@ def context_create_impl(devices: Sequence[OclDevice]) -> OclContext:
     import pyopencl as cl
 
     with driver_call("creating an OpenCL context"):
-        ctx = cl.Context([d.cl_device for d in devices])
-    return OclContext(ctx, tuple(devices))
+        return OclContext(cl.Context([d.cl_device for d in devices]), tuple(devices))
+
+
+_NATIVE = {"device": "cl_device", "context": "cl_context", "program": "cl_program", "kernel": "cl_kernel",
+           "event": "cl_event"}
 
 
 @hookimpl
-def context_destroy_impl(context: OclContext) -> None:
-    context.finish_all()
-    context.internal_queues.clear()
+def native_handle_impl(kind: str, handle: Any) -> Any:
+    if kind == "queue":
+        return int(handle.cl_queue.int_ptr)  # the cl_command_queue
+    return getattr(handle, _NATIVE[kind])  # the pyopencl object
 
 
-# --------------------------------------------------------------------------------------------
-# Memory (svm.py)
-# --------------------------------------------------------------------------------------------
+@hookimpl
+def queue_from_native_impl(context: OclContext, device: OclDevice, native: Any, profiling: bool) -> OclQueue:
+    import pyopencl as cl
+
+    # A raw cl_command_queue is retained here and released with the wrapper: borrowed, not owned.
+    cq = native if isinstance(native, cl.CommandQueue) else cl.CommandQueue.from_int_ptr(operator.index(native))
+    if cq.context != context.cl_context or cq.device != device.cl_device:
+        raise InvalidArgumentError("the command queue belongs to another OpenCL context or device")
+    props = cl.command_queue_properties
+    if cq.properties & props.OUT_OF_ORDER_EXEC_MODE_ENABLE:
+        raise UnsupportedError("an out-of-order command queue cannot be a pyoffload queue (queues are in order)")
+    if profiling and not cq.properties & props.PROFILING_ENABLE:
+        raise UnsupportedError("profiling asked for, but the command queue was created without PROFILING_ENABLE")
+    return OclQueue(cq, context)
+
+
+# -- memory (svm.py) ----------------------------------------------------------------------
 
 
 @hookimpl
 def data_alloc_impl(context: OclContext, device: OclDevice | None, size: int, kind: AllocKind) -> int:
-    return svm.allocate(context, device, size, kind)
+    return svm.allocate(context, size, kind)
 
 
 @hookimpl
@@ -183,62 +176,55 @@ def data_free_impl(context: OclContext, device: OclDevice | None, ptr: int, kind
     svm.release(context, ptr)
 
 
-def _done(event: Any, sync: bool, queue: OclQueue | None) -> Any:
-    if sync:
-        event.wait()
-        return None
-    if queue is not None:
-        queue.last_event = event
-    return event
-
-
-@hookimpl
-def data_submit_impl(device: OclDevice, queue: OclQueue | None, dst: int, src: memoryview, size: int) -> Any:
+def _copy(queue: OclQueue, dst: int, src: int, size: int) -> None:
+    """One ``clEnqueueSVMMemcpy`` between two addresses (SVM or host) on ``queue``."""
     import pyopencl as cl
 
-    cl_queue, sync = svm.queue_for(device, queue, dst)
-    with driver_call("host-to-device SVM copy"):
-        event = cl._cl._enqueue_svm_memcpy(cl_queue, 0, svm.svm_ref(dst, size), svm.host_ref(src, size), None, size)
-    return _done(event, sync, queue)
+    array = ctypes.c_char * size
+    try:
+        queue.last = cl._cl._enqueue_svm_memcpy(queue.cl_queue, 0, cl.SVM(array.from_address(dst)),
+                                                cl.SVM(array.from_address(src)), None, size)
+    except cl.Error as exc:
+        raise translate(exc, f"copying {size} bytes from {src:#x} to {dst:#x}") from exc
 
 
 @hookimpl
-def data_retrieve_impl(device: OclDevice, queue: OclQueue | None, dst: memoryview, src: int, size: int) -> Any:
-    import pyopencl as cl
-
-    cl_queue, sync = svm.queue_for(device, queue, src)
-    with driver_call("device-to-host SVM copy"):
-        event = cl._cl._enqueue_svm_memcpy(cl_queue, 0, svm.host_ref(dst, size), svm.svm_ref(src, size), None, size)
-    return _done(event, sync, queue)
+def data_submit_impl(device: OclDevice, queue: OclQueue, dst: int, src: memoryview, size: int) -> None:
+    _copy(queue, dst, np.frombuffer(src, np.uint8, size).__array_interface__["data"][0], size)
 
 
 @hookimpl
-def data_exchange_impl(src_device: OclDevice, src: int, dst_device: OclDevice, dst: int, size: int, queue: OclQueue | None) -> Any:
-    import pyopencl as cl
-
-    src_ctx = svm.REGISTRY.context_of(src)
-    dst_ctx = svm.REGISTRY.context_of(dst)
-    if src_ctx is None or src_ctx is not dst_ctx or (queue is not None and queue.context is not dst_ctx):
-        # SVM commands only take pointers of the queue's own context.
-        raise UnsupportedError("no direct OpenCL path between two contexts")
-    cl_queue, sync = svm.queue_for(dst_device, queue, dst)
-    with driver_call("device-to-device SVM copy"):
-        event = cl._cl._enqueue_svm_memcpy(cl_queue, 0, svm.svm_ref(dst, size), svm.svm_ref(src, size), None, size)
-    return _done(event, sync, queue)
+def data_retrieve_impl(device: OclDevice, queue: OclQueue, dst: memoryview, src: int, size: int) -> None:
+    _copy(queue, np.frombuffer(dst, np.uint8, size).__array_interface__["data"][0], src, size)
 
 
 @hookimpl
-def data_fill_impl(device: OclDevice, queue: OclQueue | None, ptr: int, pattern: bytes, size: int) -> Any:
+def data_exchange_impl(src_device: OclDevice, src: int, dst_device: OclDevice, dst: int, size: int,
+                       queue: OclQueue) -> None:
+    if src < dst + size and dst < src + size:
+        raise UnsupportedError("clEnqueueSVMMemcpy cannot copy overlapping ranges")
+    _copy(queue, dst, src, size)
+
+
+@hookimpl
+def data_fill_impl(device: OclDevice, queue: OclQueue, ptr: int, pattern: bytes, size: int) -> None:
     import pyopencl as cl
 
     n = len(pattern)
     # clEnqueueSVMMemFill: pattern size a power of two up to 128, destination aligned to it.
     if n > 128 or n & (n - 1) or ptr % n:
         raise UnsupportedError(f"clEnqueueSVMMemFill cannot fill a {n}-byte pattern at {ptr:#x}")
-    cl_queue, sync = svm.queue_for(device, queue, ptr)
     with driver_call("SVM fill"):
-        event = cl._cl._enqueue_svm_memfill(cl_queue, svm.svm_ref(ptr, size), bytearray(pattern), size, None)
-    return _done(event, sync, queue)
+        queue.last = cl._cl._enqueue_svm_memfill(queue.cl_queue, svm.svm_ref(ptr, size), bytearray(pattern), size, None)
+
+
+@hookimpl
+def data_prefetch_impl(device: OclDevice, queue: OclQueue, ptr: int, size: int, to_device: bool) -> None:
+    import pyopencl as cl
+
+    flags = 0 if to_device else cl.mem_migration_flags.HOST
+    with driver_call("SVM migration"):
+        queue.last = cl._cl._enqueue_svm_migrate_mem(queue.cl_queue, [svm.svm_ref(ptr, size)], flags, None)
 
 
 @hookimpl
@@ -247,91 +233,44 @@ def data_lock_impl(device: OclDevice, ptr: int, size: int) -> int:
     # OpenCL has no call that pins a host range and hands back a device pointer.
     if device.svm_caps & SVM_FINE_GRAIN_SYSTEM:
         return ptr
-    raise UnsupportedError(
-        f"OpenCL device {device.name!r} cannot use host memory it did not allocate "
-        "(no fine-grain system SVM); allocate HOST memory instead"
-    )
+    raise UnsupportedError(f"OpenCL device {device.name!r} cannot use host memory it did not allocate "
+                           "(no fine-grain system SVM); allocate HOST memory instead")
 
 
 @hookimpl
-def data_unlock_impl(device: OclDevice, ptr: int) -> None:
-    return None  # system SVM needs no unpinning
-
-
-@hookimpl
-def memory_connection_impl(context_a: OclContext, device_a: OclDevice | None, context_b: OclContext, device_b: OclDevice | None) -> MemoryConnection:
+def memory_connection_impl(context_a: OclContext, device_a: OclDevice | None, context_b: OclContext,
+                           device_b: OclDevice | None) -> MemoryConnection:
     # An SVM pointer is valid on every device of its context and nowhere else.
     return MemoryConnection.UNIFIED if context_a is context_b else MemoryConnection.NONE
 
 
-# --------------------------------------------------------------------------------------------
-# Programs and symbols (images.py, state.py, signature.py)
-# --------------------------------------------------------------------------------------------
+# -- programs (images.py, state.py) -------------------------------------------------------
 
 _INIT_RE = re.compile(r"pyoffload_init(?:_(\d+))?")
 _FINI_RE = re.compile(r"pyoffload_fini(?:_(\d+))?")
 DEFAULT_PRIORITY = 65535  # as an unprioritised __attribute__((constructor))
 
 
-def _make_kernel(program: OclProgram, name: str) -> OclKernel:
-    import pyopencl as cl
-
-    with driver_call(f"creating kernel {name!r}"):
-        cl_kernel = cl.Kernel(program.cl_program, name)
-    num_args = int(cl_kernel.num_args)
-    names, kinds = signature.describe(cl_kernel, program.device.address_bits)
-    # Without arg info (SPIR built without -cl-kernel-arg-info) there is no hidden parameter.
-    index = signature.state_index(names, num_args)
-    sig = None
-    if kinds is not None:
-        sig = tuple(kinds[:index] if index is not None else kinds)
-    kernel = OclKernel(program, name, cl_kernel, index, num_args - (index is not None), sig)
-    kernel.setters = launch._setters(cl_kernel)
-    launch.set_state_arg(kernel, cl_kernel)
-    return kernel
-
-
-def _kernel(program: OclProgram, name: str) -> OclKernel:
-    kernel = program.kernels.get(name)
-    if kernel is None:
-        if name not in program.kernel_names:
-            raise NotFoundError(f"program has no kernel named {name!r}")
-        kernel = program.kernels.setdefault(name, _make_kernel(program, name))
-    return kernel
-
-
 @hookimpl
 def load_binary_impl(context: OclContext, device: OclDevice, image: bytes) -> OclProgram:
-    cl_program, fmt = images.build(context, device, image)
+    with driver_call("building an OpenCL program"):
+        cl_program = images.build(context.cl_context, device, image)
     names = tuple(n for n in str(cl_program.kernel_names).split(";") if n)
-    program = OclProgram(cl_program, context, device, fmt, names)
-
-    def run_kernel(name: str, args: tuple[Any, ...]) -> None:
-        with driver_call(f"running {name!r}"):
-            launch.launch(None, _kernel(program, name), (1, 1, 1), (1, 1, 1), args)
-
-    state.create(program, run_kernel)
-    # Kernels made before the block existed get its address now.
-    for kernel in program.kernels.values():
-        launch.set_state_arg(kernel, kernel.cl_kernel)
+    program = OclProgram(cl_program, context, device, names)
+    with driver_call("setting up the program state block"):
+        program.state = state.create(program)
     return program
 
 
 @hookimpl
 def unload_binary_impl(device: OclDevice, program: OclProgram) -> None:
     state.destroy(program)
-    program.kernels.clear()
     program.cl_program = None
 
 
 def _ordered(names: Sequence[str], pattern: re.Pattern[str], reverse: bool) -> tuple[str, ...]:
-    found = []
-    for name in names:
-        m = pattern.fullmatch(name)
-        if m:
-            priority = int(m.group(1)) if m.group(1) is not None else DEFAULT_PRIORITY
-            found.append((priority, name))
-    found.sort(reverse=reverse)
+    found = sorted(((int(m.group(1) or DEFAULT_PRIORITY), n) for n in names if (m := pattern.fullmatch(n))),
+                   reverse=reverse)
     return tuple(name for _, name in found)
 
 
@@ -339,10 +278,8 @@ def _ordered(names: Sequence[str], pattern: re.Pattern[str], reverse: bool) -> t
 def global_init_fini_impl(device: OclDevice, program: OclProgram) -> InitFini:
     # Constructors: lowest priority first; destructors: highest first (the reverse), after
     # LLVM's llvm.global_ctors / llvm.global_dtors.  Equal priorities go by name.
-    return InitFini(
-        init=_ordered(program.kernel_names, _INIT_RE, reverse=False),
-        fini=_ordered(program.kernel_names, _FINI_RE, reverse=True),
-    )
+    return InitFini(init=_ordered(program.kernel_names, _INIT_RE, reverse=False),
+                    fini=_ordered(program.kernel_names, _FINI_RE, reverse=True))
 
 
 @hookimpl
@@ -354,32 +291,74 @@ def get_symbols_impl(device: OclDevice, program: OclProgram) -> Sequence[SymbolD
 
 
 @hookimpl
-def get_kernel_impl(device: OclDevice, program: OclProgram, name: str) -> OclKernel:
-    return _kernel(program, name)
+def get_global_impl(device: OclDevice, program: OclProgram, name: str) -> tuple[int, int]:
+    offset, size = program.state.variables[name]  # only state-block variables are listed
+    return program.state.base + offset, size
 
 
 @hookimpl
-def kernel_signature_impl(device: OclDevice, kernel: OclKernel) -> Sequence[str] | None:
+def compile_impl(device: OclDevice, source: str, options: tuple[str, ...]) -> bytes:
+    import pyopencl as cl
+
+    with driver_call("building OpenCL C"):
+        program = images.build_source(cl.Context([device.cl_device]), device, source, options)
+        return bytes(program.get_info(cl.program_info.BINARIES)[0])
+
+
+@hookimpl
+def compiler_id_impl(device: OclDevice) -> str:
+    d = device.cl_device
+    return f"{d.platform.version} | {d.name} | {d.driver_version} | {' '.join(images.SOURCE_OPTIONS)}"
+
+
+# -- kernels and launches (launch.py) -----------------------------------------------------
+
+
+@hookimpl
+def get_kernel_impl(device: OclDevice, program: OclProgram, name: str) -> OclKernel:
+    return launch.make_kernel(program, name)
+
+
+@hookimpl
+def kernel_signature_impl(device: OclDevice, kernel: OclKernel) -> tuple[str, ...] | None:
     return kernel.signature
 
 
 @hookimpl
-def get_global_impl(device: OclDevice, program: OclProgram, name: str) -> tuple[int, int]:
-    block = program.state
-    if block is not None and name in block.variables:
-        offset, size = block.variables[name]
-        return block.base + offset, size
-    if name in program.kernel_names:
-        raise NotFoundError(f"{name!r} is a kernel, not a global variable")
-    raise NotFoundError(
-        f"program has no global variable named {name!r} (OpenCL programs expose globals "
-        "through the program state block; plain program-scope variables have no host address)"
-    )
+def kernel_attributes_impl(device: OclDevice, kernel: OclKernel) -> dict[str, Any]:
+    with driver_call(f"querying kernel {kernel.name!r}"):
+        return launch.attributes(device, kernel)
 
 
-# --------------------------------------------------------------------------------------------
-# Queues, launches, events (launch.py, events.py)
-# --------------------------------------------------------------------------------------------
+@hookimpl
+def kernel_packer_impl(device: OclDevice, kernel: OclKernel, kinds: tuple[str, ...]) -> Callable[[tuple[Any, ...]], Any]:
+    return launch.packer(kinds)
+
+
+@hookimpl
+def launch_impl(device: OclDevice, queue: OclQueue, kernel: OclKernel, grid: tuple[int, int, int],
+                block: tuple[int, int, int], args: list[tuple[int, Any]]) -> None:
+    import pyopencl as cl
+
+    gws = (grid[0] * block[0], grid[1] * block[1], grid[2] * block[2])
+    try:
+        with kernel.lock:  # OpenCL captures the arguments at enqueue
+            setter = kernel.setters
+            for i, (how, value) in enumerate(args):
+                setter[how](i, value)
+            queue.last = cl.enqueue_nd_range_kernel(queue.cl_queue, kernel.cl_kernel, gws, block)
+    except cl.Error as exc:  # hot path: no context manager on success
+        raise translate(exc, f"launching {kernel.name!r}") from exc
+
+
+@hookimpl
+def launch_prepare_impl(device: OclDevice, queue: OclQueue, kernel: OclKernel, grid: tuple[int, int, int],
+                        block: tuple[int, int, int], args: list[tuple[int, Any]]) -> Callable[[], None]:
+    with driver_call(f"preparing {kernel.name!r}"):
+        return launch.prepare(queue, kernel, grid, block, args)
+
+
+# -- queues and events --------------------------------------------------------------------
 
 
 @hookimpl
@@ -388,90 +367,96 @@ def queue_create_impl(context: OclContext, device: OclDevice, profiling: bool) -
 
     props = cl.command_queue_properties.PROFILING_ENABLE if profiling else 0
     with driver_call("creating a command queue"):
-        cl_queue = cl.CommandQueue(context.cl_context, device.cl_device, properties=props)
-    queue = OclQueue(cl_queue, context, device, profiling)
-    context.queues.add(queue)
-    return queue
+        return OclQueue(cl.CommandQueue(context.cl_context, device.cl_device, properties=props), context)
 
 
 @hookimpl
 def queue_destroy_impl(device: OclDevice, queue: OclQueue) -> None:
-    queue.cl_queue.finish()
-    queue.context.queues.discard(queue)
+    queue.last = None  # the cl.CommandQueue is released with its last Python reference
 
 
 @hookimpl
 def queue_synchronize_impl(device: OclDevice, queue: OclQueue) -> None:
+    last = queue.last
     with driver_call("waiting for a queue"):
-        events.synchronize(queue)
+        queue.cl_queue.finish()
+    if last is not None:
+        check_status(last, "waiting for a queue")
 
 
 @hookimpl
 def queue_query_impl(device: OclDevice, queue: OclQueue) -> bool:
-    return events.queue_idle(queue)
+    last = queue.last
+    if last is None or check_status(last, "querying a queue"):
+        return True
+    queue.cl_queue.flush()  # make sure pending commands get to the device
+    return False
 
 
 @hookimpl
-def launch_impl(device: OclDevice, queue: OclQueue | None, kernel: OclKernel, grid: tuple[int, int, int], block: tuple[int, int, int], args: tuple[Any, ...]) -> Any:
+def queue_wait_events_impl(device: OclDevice, queue: OclQueue, events: Sequence[OclEvent]) -> bool | None:
+    import pyopencl as cl
+
+    if any(e.queue.context is not queue.context for e in events):
+        return None  # a wait list takes events of the queue's own context only
+    with driver_call("ordering a queue after events"):
+        queue.last = cl._cl._enqueue_barrier_with_wait_list(queue.cl_queue, [e.cl_event for e in events])
+    return True
+
+
+@hookimpl
+def event_record_impl(device: OclDevice, queue: OclQueue) -> OclEvent:
+    import pyopencl as cl
+
     try:
-        return launch.launch(queue, kernel, grid, block, args)
-    except Exception as exc:  # hot path: no context manager on success
-        if _is_cl_error(exc):
-            raise translate(exc, f"launching {kernel.name!r}") from exc
-        raise
+        queue.last = marker = cl._cl._enqueue_marker_with_wait_list(queue.cl_queue, None)
+    except cl.Error as exc:
+        raise translate(exc, "recording an event") from exc
+    event = _new(OclEvent)  # no __init__ frame: events are recorded on hot paths
+    event.cl_event, event.queue = marker, queue
+    return event
 
 
 @hookimpl
-def launch_prepare_impl(device: OclDevice, queue: OclQueue | None, kernel: OclKernel, grid: tuple[int, int, int], block: tuple[int, int, int], args: tuple[Any, ...]) -> Callable[[], Any]:
-    with driver_call(f"preparing {kernel.name!r}"):
-        return launch.prepare(queue, kernel, grid, block, args)
+def event_wait_impl(device: OclDevice, event: OclEvent) -> None:
+    import pyopencl as cl
+
+    try:
+        event.cl_event.wait()  # clWaitForEvents fails if the command (or one before it) failed
+    except cl.Error as exc:
+        raise translate(exc, "waiting for an event") from exc
 
 
 @hookimpl
-def enqueue_host_function_impl(device: OclDevice, queue: OclQueue | None, fn: Callable[[], None]) -> Any:
-    if queue is None:
-        fn()
-        return None
-    with driver_call("enqueueing a host function"):
-        return events.enqueue_host_function(queue, fn)
+def event_query_impl(device: OclDevice, event: OclEvent) -> bool:
+    if check_status(event.cl_event, "querying an event"):
+        return True
+    event.queue.cl_queue.flush()
+    return False
 
 
 @hookimpl
-def event_wait_impl(device: OclDevice, event: Any) -> None:
-    with driver_call("waiting for an event"):
-        events.wait(event)
+def event_release_impl(device: OclDevice, event: OclEvent) -> None:
+    event.cl_event = event.queue = None  # releases the cl_event even if the handle lingers
 
 
 @hookimpl
-def event_query_impl(device: OclDevice, event: Any) -> bool:
-    return events.query(event)
+def event_elapsed_impl(device: OclDevice, start: OclEvent, end: OclEvent) -> float:
+    import pyopencl as cl
+
+    # Markers: CL_PROFILING_COMMAND_END is when everything before them had completed.
+    try:
+        return (int(end.cl_event.profile.end) - int(start.cl_event.profile.end)) / 1e6
+    except cl.Error as exc:
+        raise UnsupportedError(f"no profiling information for these events: {exc}") from exc
 
 
-@hookimpl
-def event_elapsed_impl(device: OclDevice, start: Any, end: Any) -> float:
-    return events.elapsed_ms(start, end)
-
-
-# --------------------------------------------------------------------------------------------
-# Conformance suite support
-# --------------------------------------------------------------------------------------------
-
-_CONFORMANCE: dict[str, bytes] = {}
+# -- conformance --------------------------------------------------------------------------
 
 
 @hookimpl
 def conformance_images_impl(device: OclDevice) -> dict[str, bytes]:
     # OpenCL C source is this backend's portable image format: the driver builds it for
     # whichever device loads it.
-    if not _CONFORMANCE:
-        root = resources.files(__package__) / "conformance_src"
-        for name in ("kernels", "ctor_dtor"):
-            _CONFORMANCE[name] = (root / f"{name}.cl").read_bytes()
-    return dict(_CONFORMANCE)
-
-
-@hookimpl
-def known_failures_impl(device: OclDevice) -> dict[str, str]:
-    from .known_failures import known_failures
-
-    return known_failures(device)
+    root = resources.files(__package__) / "conformance_src"
+    return {name: (root / f"{name}.cl").read_bytes() for name in ("kernels", "ctor_dtor")}

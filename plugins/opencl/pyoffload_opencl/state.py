@@ -26,8 +26,8 @@ The ABI (documented in docs/backends/opencl.md):
 
 from __future__ import annotations
 
-import ctypes
 from dataclasses import dataclass
+from typing import Any
 
 from pyoffload.backend import AllocKind, InvalidBinaryError
 
@@ -46,7 +46,6 @@ class StateBlock:
     base: int
     size: int
     variables: dict[str, tuple[int, int]]  # name -> (offset, size)
-    kind: AllocKind
 
 
 def parse_layout(raw: bytes) -> tuple[int, dict[str, tuple[int, int]]]:
@@ -71,40 +70,43 @@ def parse_layout(raw: bytes) -> tuple[int, dict[str, tuple[int, int]]]:
     return size, variables
 
 
-def create(program: OclProgram, run_kernel) -> StateBlock | None:
+def create(program: OclProgram) -> StateBlock | None:
     """Describe, allocate and initialise the program's state block, if it declares one.
 
-    ``run_kernel(name, args)`` launches a kernel of the program 1x1x1 and waits; the layout
-    kernel gets a temporary fine-grain buffer so the host can read what it wrote.
+    Runs at load on a command queue of its own: the layout kernel writes into a plain buffer
+    that is read back, then the block is zero-filled and ``pyoffload_state_init`` runs on it.
     """
     if LAYOUT_KERNEL not in program.kernel_names:
         return None
-    context, device = program.context, program.device
-    scratch = svm.allocate(context, device, LAYOUT_BYTES, AllocKind.MANAGED)
-    try:
-        ctypes.memset(scratch, 0, LAYOUT_BYTES)
-        run_kernel(LAYOUT_KERNEL, (scratch,))
-        size, variables = parse_layout(ctypes.string_at(scratch, LAYOUT_BYTES))
-    finally:
-        svm.release(context, scratch)
-    # DEVICE memory where the device has it: the block is device data, like .data/.bss.
-    kind = AllocKind.DEVICE
-    base = svm.allocate(context, device, size, kind)
-    try:
-        queue = context.internal_queue(device)
-        import numpy as np
-        import pyopencl as cl
+    import numpy as np
+    import pyopencl as cl
 
-        cl._cl._enqueue_svm_memfill(queue, svm.svm_ref(base, size), np.uint8(0), size, None).wait()
-        block = StateBlock(base, size, variables, kind)
-        program.state = block
+    ctx = program.context.cl_context
+    queue = cl.CommandQueue(ctx, program.device.cl_device)
+    layout = np.zeros(LAYOUT_BYTES, np.uint8)
+    scratch = cl.Buffer(ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=layout)
+    _run(queue, program, LAYOUT_KERNEL, scratch)
+    cl.enqueue_copy(queue, layout, scratch)  # blocking
+    size, variables = parse_layout(layout.tobytes())
+    # DEVICE memory: the block is device data, like .data/.bss.
+    base = svm.allocate(program.context, size, AllocKind.DEVICE)
+    try:
+        cl._cl._enqueue_svm_memfill(queue, svm.svm_ref(base, size), np.uint8(0), size, None)
         if INIT_KERNEL in program.kernel_names:
-            run_kernel(INIT_KERNEL, ())
+            _run(queue, program, INIT_KERNEL, svm.svm_ref(base, size))
+        queue.finish()
     except BaseException:
-        program.state = None
-        svm.release(context, base)
+        svm.release(program.context, base)
         raise
-    return block
+    return StateBlock(base, size, variables)
+
+
+def _run(queue: Any, program: OclProgram, name: str, arg: Any) -> None:
+    import pyopencl as cl
+
+    kernel = cl.Kernel(program.cl_program, name)
+    kernel.set_arg(0, arg)
+    cl.enqueue_nd_range_kernel(queue, kernel, (1,), (1,))
 
 
 def destroy(program: OclProgram) -> None:

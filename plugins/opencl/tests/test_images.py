@@ -12,8 +12,8 @@ import pytest
 
 import pyoffload
 from pyoffload import Errc
-from pyoffload_opencl import program_binary
 from pyoffload_opencl.images import detect_format
+from pyoffload_opencl.plugin import compile_impl
 
 IOTA = "kernel void iota_i32(global int *out, int n, int base) {\n" \
        "    int i = get_global_id(0); if (i < n) out[i] = base + i; }\n"
@@ -114,8 +114,8 @@ _FRESH_PROCESS = textwrap.dedent(
     import sys, numpy as np, pyoffload
     dev = [d for d in pyoffload.devices() if d.backend == "opencl"][0]
     image = open(sys.argv[1], "rb").read()
+    assert image.startswith(b"poclbin")  # a device binary: the compiler does not run again
     with dev.load_program(image) as prog:
-        assert prog.handle.image_format == "binary", prog.handle.image_format
         out = dev.alloc(64)
         q = dev.create_queue()
         q.launch(prog.kernel("iota_i32"), 4, 4, [out, np.int32(16), np.int32(40)])
@@ -131,10 +131,8 @@ _FRESH_PROCESS = textwrap.dedent(
 )
 
 
-def test_binary_round_trip_in_a_fresh_process(dev, conformance_source, tmp_path) -> None:
-    with dev.load_program(conformance_source["kernels"]) as prog:
-        binary = program_binary(prog)
-    assert binary[:4] != conformance_source["kernels"][:4]
+def test_compiled_binary_round_trip_in_a_fresh_process(dev, conformance_source, tmp_path) -> None:
+    binary = compile_impl(dev.handle, conformance_source["kernels"].decode(), ())
     path = tmp_path / "kernels.bin"
     path.write_bytes(binary)
     env = dict(os.environ, POCL_CACHE_DIR=str(tmp_path / "pocl-cache"))  # nothing cached
@@ -150,6 +148,15 @@ def test_binary_round_trip_in_a_fresh_process(dev, conformance_source, tmp_path)
     assert lines["signature"] == "ptr"  # the hidden state parameter is known from the binary
 
 
-def test_program_binary_refuses_other_objects() -> None:
-    with pytest.raises(TypeError):
-        program_binary(object())
+def test_build_program_builds_caches_and_reports_build_logs(dev, queue, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("PYOFFLOAD_CACHE_DIR", str(tmp_path))
+    out = dev.alloc(16)
+    with dev.build_program(IOTA, options=["-DUNUSED=1"]) as prog:
+        queue.launch(prog.kernel("iota_i32"), 1, 4, [out, np.int32(4), np.int32(1)]).wait()
+    host = np.zeros(4, np.int32)
+    pyoffload.memcpy(host, out)
+    assert host.tolist() == [1, 2, 3, 4]
+    assert any(tmp_path.rglob("*")), "the built binary was not cached"
+    with pytest.raises(pyoffload.CompileError) as err:
+        dev.build_program("kernel void broken(global int *o) { o[0] = nothing_here; }")
+    assert "nothing_here" in err.value.build_log

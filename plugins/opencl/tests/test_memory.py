@@ -8,17 +8,23 @@ import numpy as np
 import pytest
 
 import pyoffload
-from pyoffload import AllocKind, Context, Errc, MemoryConnection
+from pyoffload import AllocKind, Context, MemoryConnection
 from pyoffload_opencl import svm
-from pyoffload_opencl.handles import SVM_COARSE_GRAIN_BUFFER, SVM_FINE_GRAIN_BUFFER
+from pyoffload_opencl.handles import SVM_COARSE_GRAIN_BUFFER, SVM_FINE_GRAIN_BUFFER, SVM_FINE_GRAIN_SYSTEM
+from pyoffload_opencl.plugin import data_alloc_impl, data_free_impl
+
+
+def _svm_allocation(context, ptr: int):
+    """The cl.SVMAllocation containing ``ptr`` (the caching allocator hands out parts of one)."""
+    found = [a for base, a in context.handle.allocations.items() if base <= ptr < base + a.size]
+    assert len(found) == 1, f"{ptr:#x} is in no SVM allocation of the context"
+    return found[0]
 
 
 @pytest.mark.parametrize("kind", [AllocKind.HOST, AllocKind.MANAGED])
 def test_host_visible_kinds_are_fine_grain_and_shared_in_place(dev, kernels, queue, kind) -> None:
     mem = dev.default_context.alloc(64, kind) if kind is AllocKind.HOST else dev.alloc(64, kind)
-    record = svm.REGISTRY.find(mem.ptr)
-    assert record is not None and record.base == mem.ptr
-    assert record.allocation.svm_ptr == mem.ptr  # the pointer is the SVM address itself
+    _svm_allocation(mem.context, mem.ptr)  # the pointer is an SVM address itself
     # The kernel writes through the pointer; the host reads the same address, no copy.
     queue.launch(kernels.kernel("iota_i32"), 1, 16, [mem, np.int32(16), np.int32(100)]).wait()
     assert np.frombuffer(ctypes.string_at(mem.ptr, 64), np.int32).tolist() == list(range(100, 116))
@@ -34,12 +40,7 @@ def test_device_kind_is_coarse_grain_svm(dev) -> None:
     import pyopencl as cl
 
     mem = dev.alloc(256)
-    record = svm.REGISTRY.find(mem.ptr + 100)
-    assert record is not None and record.base == mem.ptr and record.kind is AllocKind.DEVICE
-    # pyopencl's SVMAllocation does not expose its flags; the registry keeps the kind and the
-    # fine-grain flag is only requested for host-visible kinds:
-    assert svm.required_caps(AllocKind.DEVICE) == SVM_COARSE_GRAIN_BUFFER
-    assert isinstance(record.allocation, cl.SVMAllocation)
+    assert isinstance(_svm_allocation(mem.context, mem.ptr + 100), cl.SVMAllocation)
     pyoffload.memcpy(mem, np.arange(64, dtype=np.int32))
     back = np.zeros(64, np.int32)
     pyoffload.memcpy(back, mem)
@@ -57,28 +58,29 @@ def test_interior_pointers_as_kernel_arguments(dev, kernels, queue) -> None:
 
 
 @pytest.mark.parametrize(
-    "kind,caps,needed",
+    "caps,kinds",
     [
-        (AllocKind.DEVICE, SVM_FINE_GRAIN_BUFFER, "coarse-grain"),
-        (AllocKind.MANAGED, SVM_COARSE_GRAIN_BUFFER, "fine-grain"),
-        (AllocKind.HOST, SVM_COARSE_GRAIN_BUFFER, "fine-grain"),
+        (SVM_COARSE_GRAIN_BUFFER | SVM_FINE_GRAIN_BUFFER, ("DEVICE", "HOST", "MANAGED")),
+        (SVM_COARSE_GRAIN_BUFFER, ("DEVICE",)),
+        (SVM_FINE_GRAIN_BUFFER, ("HOST", "MANAGED")),
+        (0, ()),
     ],
 )
-def test_kind_without_its_svm_is_unsupported(dev, monkeypatch, kind, caps, needed) -> None:
-    monkeypatch.setattr(dev.handle, "svm_caps", caps)
-    ctx = Context([dev])
-    try:
-        before = len(svm.REGISTRY._bases)
-        with pytest.raises(pyoffload.UnsupportedError) as err:
-            if kind is AllocKind.HOST:
-                ctx.alloc(64, kind)
-            else:
-                ctx.alloc(64, kind, device=dev)
-        assert err.value.errc is Errc.UNSUPPORTED
-        assert kind.name in str(err.value) and needed in str(err.value)
-        assert len(svm.REGISTRY._bases) == before  # nothing was created
-    finally:
-        ctx.close()
+def test_memory_kinds_follow_the_svm_capabilities(caps, kinds) -> None:
+    # The generic layer refuses the kinds a device does not list with UNSUPPORTED.
+    assert svm.memory_kinds(caps) == kinds
+
+
+def test_device_reports_its_kinds_and_standard_info(dev) -> None:
+    info = dev.info
+    assert info["memory_kinds"] == svm.memory_kinds(info["opencl.svm_capabilities"])
+    for key in ("global_memory_bytes", "compute_units", "max_work_group_size", "max_alloc_bytes",
+                "local_memory_bytes", "address_bits", "clock_mhz"):
+        assert isinstance(info[key], int) and info[key] > 0, key
+    assert len(info["max_work_item_sizes"]) == 3 and info["driver_version"]
+    extras = {k for k in info if k.startswith("opencl.")}
+    assert {"opencl.version", "opencl.extensions", "opencl.program_scope_globals"} <= extras
+    assert not {k for k in info if "." not in k} - set(pyoffload.backend.INFO_KEYS)
 
 
 def test_memory_connections(dev) -> None:
@@ -137,7 +139,7 @@ def test_fill_patterns_direct_and_fallback(dev) -> None:
 
 
 def test_lock_is_unsupported_without_system_svm(dev) -> None:
-    if dev.info["svm_fine_grain_system"]:
+    if dev.info["opencl.svm_capabilities"] & SVM_FINE_GRAIN_SYSTEM:
         pytest.skip("this device has fine-grain system SVM")
     buf = np.zeros(1024, np.uint8)
     with pytest.raises(pyoffload.UnsupportedError) as err:
@@ -147,48 +149,26 @@ def test_lock_is_unsupported_without_system_svm(dev) -> None:
 
 
 def test_free_releases_the_svm_allocation(dev) -> None:
-    mem = dev.alloc(128, AllocKind.MANAGED)
-    ptr = mem.ptr
-    assert svm.REGISTRY.find(ptr) is not None
-    pyoffload.free(mem)
-    assert svm.REGISTRY.find(ptr) is None
+    context = dev.default_context.handle
+    ptr = data_alloc_impl(context, dev.handle, 128, AllocKind.MANAGED)
+    assert context.allocations[ptr].svm_ptr == ptr
+    data_free_impl(context, dev.handle, ptr, AllocKind.MANAGED)
+    assert ptr not in context.allocations
 
 
-class _ReleaseSpy:
-    def __init__(self, real) -> None:
-        self.real, self.released = real, 0
+def test_overlapping_device_copy_is_staged_by_the_generic_layer(dev) -> None:
+    mem = dev.alloc(64)
+    pyoffload.memcpy(mem, np.arange(16, dtype=np.int32))
+    pyoffload.memcpy(mem.ptr + 8, mem.ptr, 32)  # clEnqueueSVMMemcpy refuses overlap: UNSUPPORTED
+    back = np.zeros(16, np.int32)
+    pyoffload.memcpy(back, mem)
+    assert back.tolist() == [0, 1, 0, 1, 2, 3, 4, 5, 6, 7] + list(range(10, 16))
 
-    def release(self) -> None:
-        self.released += 1
-        self.real.release()
 
-
-def test_free_from_a_host_function_is_deferred_not_deadlocked(dev, kernels, queue) -> None:
-    import threading
-
-    victim = dev.alloc(64, AllocKind.MANAGED)
-    record = svm.REGISTRY.find(victim.ptr)
-    spy = record.allocation = _ReleaseSpy(record.allocation)
-    gate = threading.Event()
-    freed_inside = []
-
-    def host_step() -> None:
-        # The queue is blocked on this very function: a free that waited for it would hang.
-        pyoffload.free(victim)
-        freed_inside.append(spy.released)
-        gate.wait()
-
-    queue.launch_host_function(host_step)
-    queue.launch(kernels.kernel("noop"), 1, 1, [])
-    try:
-        waiter = threading.Event()
-        for _ in range(200):
-            if freed_inside:
-                break
-            waiter.wait(0.05)
-        assert freed_inside == [0], "free blocked, or released memory while its queue still ran"
-    finally:
-        gate.set()
-        queue.wait()
-    svm._REAPER.drain()
-    assert spy.released == 1
+def test_prefetch_of_managed_memory(dev, queue) -> None:
+    mem = dev.alloc(4096, AllocKind.MANAGED)
+    ctypes.memset(mem.ptr, 7, 4096)
+    pyoffload.prefetch(mem, 4096, dev, queue=queue)
+    pyoffload.prefetch(mem, 4096, None, queue=queue)
+    queue.wait()
+    assert ctypes.string_at(mem.ptr, 4) == b"\x07" * 4

@@ -9,7 +9,7 @@ import pytest
 
 import pyoffload
 from pyoffload import AllocKind, SymbolKind
-from pyoffload_opencl import svm
+from pyoffload_opencl.images import program_scope_variables
 from pyoffload_opencl.plugin import DEFAULT_PRIORITY, _FINI_RE, _INIT_RE, _ordered
 
 
@@ -20,8 +20,7 @@ def test_globals_live_in_the_state_block_shared_by_all_kernels(dev, kernels, que
     assert table.read(np.int32).tolist() == list(range(16))  # pyoffload_state_init ran
     block = kernels.handle.state
     assert block.base <= counter.address < block.base + block.size
-    record = svm.REGISTRY.find(counter.address)
-    assert record is not None and record.base == block.base  # a real SVM address
+    assert block.base in kernels.handle.context.allocations  # a real SVM allocation
     counter.write(np.int32(41).tobytes())
     out = dev.alloc(4, AllocKind.MANAGED)
     queue.launch(kernels.kernel("bump"), 1, 1, [out]).wait()
@@ -37,8 +36,9 @@ def test_each_program_has_its_own_block(dev, conformance_source, queue) -> None:
         queue.wait()
         assert a.global_variable("counter").read(np.int32)[0] == 3
         assert b.global_variable("counter").read(np.int32)[0] == 0
-        base_a = a.handle.state.base
-    assert svm.REGISTRY.find(base_a) is None  # unloading released the block
+        base_a, svms = a.handle.state.base, a.handle.context.allocations
+        assert base_a in svms
+    assert base_a not in svms  # unloading released the block
 
 
 def test_symbols_list_kernels_and_state_variables(kernels) -> None:
@@ -48,23 +48,72 @@ def test_symbols_list_kernels_and_state_variables(kernels) -> None:
     assert (symbols["table"].kind, symbols["table"].size) == (SymbolKind.GLOBAL, 64)
 
 
-def test_plain_program_scope_globals_are_not_exposed(dev) -> None:
-    src = b"global int g = 5;\nkernel void touch(global int *out) { out[0] = g++; }\n"
-    with dev.load_program(src) as prog:
-        with pytest.raises(pyoffload.NotFoundError) as err:
-            prog.global_variable("g")
-        assert "'g'" in str(err.value) and "state block" in str(err.value)
-        with pytest.raises(pyoffload.NotFoundError):
-            prog.global_variable("touch")
+PLAIN_GLOBALS = """
+global int g;
+kernel void write_global(int v) { g = v; }
+kernel void read_global(global int *out) { out[0] = g; }
+"""
+
+STATE_GLOBALS = """
+typedef struct { int g; } pyoffload_state_t;
+constant char names[] = "g";
+kernel void pyoffload_state_layout(global ulong *layout) {
+    layout[0] = 1; layout[1] = sizeof(pyoffload_state_t); layout[2] = 1; layout[3] = 0; layout[4] = 4;
+    global char *s = (global char *)(layout + 5);
+    for (int i = 0; i < (int)sizeof(names); ++i) s[i] = names[i];
+}
+kernel void write_global(int v, global pyoffload_state_t *pyoffload_state) { pyoffload_state->g = v; }
+kernel void read_global(global int *out, global pyoffload_state_t *pyoffload_state) { out[0] = pyoffload_state->g; }
+"""
+
+
+def test_plain_program_scope_globals_are_refused_where_kernels_would_not_share_them(dev) -> None:
+    # PoCL 3.1 gives write_global and read_global a copy of g each: read_global would never see
+    # what write_global wrote.  The program is refused, naming the variable, by both paths.
+    assert not dev.info["opencl.program_scope_globals"]
+    for load in (lambda: dev.load_program(PLAIN_GLOBALS.encode()), lambda: dev.build_program(PLAIN_GLOBALS)):
+        with pytest.raises(pyoffload.UnsupportedError) as err:
+            load()
+        assert "'g'" in str(err.value) and "pyoffload_state" in str(err.value)
+
+
+def test_state_block_globals_are_shared_by_every_kernel(dev, queue) -> None:
+    out = dev.alloc(4, AllocKind.MANAGED)
+    with dev.load_program(STATE_GLOBALS.encode()) as prog:
+        queue.launch(prog.kernel("write_global"), 1, 1, [np.int32(1234)])
+        queue.launch(prog.kernel("read_global"), 1, 1, [out]).wait()
+        assert np.frombuffer(ctypes.string_at(out.ptr, 4), np.int32)[0] == 1234
+        assert prog.global_variable("g").read(np.int32)[0] == 1234
+        with pytest.raises(pyoffload.OffloadError) as err:
+            prog.global_variable("read_global")
+        assert err.value.errc is pyoffload.Errc.SYMBOL_KIND
+
+
+@pytest.mark.parametrize(
+    "source,names",
+    [
+        ("global int a, b[2] = {1, 2}; global float *p;", ["a", "b", "p"]),
+        ("int plain = 3; __global struct S { int x; } s;", ["plain", "s"]),
+        ("kernel void k(global int *o) { static int calls; o[0] = calls++; }", ["calls"]),
+        ("constant int c[2] = {1, 2}; __constant float f = 1.0f;", []),
+        ("typedef struct { int a; } T; int helper(int x); kernel void k(global T *t) { t->a = 1; }", []),
+        ("#define N 4\n// global int commented;\n/* global int x; */ constant char s[] = \"global int y;\";", []),
+        ("kernel __attribute__((reqd_work_group_size(1, 1, 1))) void k(global int *o) { o[0] = 1; }", []),
+        ("global int aligned __attribute__((aligned(16)));", ["aligned"]),
+    ],
+)
+def test_program_scope_variables_are_found_in_source(source: str, names: list[str]) -> None:
+    assert program_scope_variables(source) == names
 
 
 def test_malformed_layout_is_invalid_binary_and_leaks_nothing(dev) -> None:
     src = b"kernel void pyoffload_state_layout(global ulong *layout) { layout[0] = 7; }\n"
-    before = len(svm.REGISTRY._bases)
+    svms = dev.default_context.handle.allocations
+    before = dict(svms)
     with pytest.raises(pyoffload.InvalidBinaryError) as err:
         dev.load_program(src)
     assert "ABI version 7" in str(err.value)
-    assert len(svm.REGISTRY._bases) == before
+    assert svms == before
 
 
 ORDER_SOURCE = b"""
@@ -104,12 +153,12 @@ def test_constructors_and_destructors_run_in_priority_order(dev, queue) -> None:
     # Constructors: lowest priority first; the unnumbered one has the default, 65535.
     assert prog.global_variable("log").read(np.int32).tolist()[:3] == [5, 100, 65535]
     queue.launch(prog.kernel("set_out"), 1, 1, [out]).wait()
-    block = prog.handle.state.base
+    block, svms = prog.handle.state.base, prog.handle.context.allocations
     prog.unload()
     # Destructors: the reverse; they ran before the block was released (they read it).
     log = np.frombuffer(ctypes.string_at(out.ptr, 32), np.int32).tolist()
     assert log[:6] == [5, 100, 65535, -65535, -100, -5]
-    assert svm.REGISTRY.find(block) is None
+    assert block not in svms
 
 
 def test_priority_rule() -> None:
