@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from .runtime import on_shutdown, shutdown
     from .context import memory_connection
     from .interop import from_dlpack, from_native
-    from .memory import TypedView
+    from .views import TypedView
     from .transfer import advise, memcpy, memfill, prefetch
 
 __version__ = "0.1.0"
@@ -67,7 +67,7 @@ _LAZY = {
     "on_shutdown": "runtime", "shutdown": "runtime",
     "advise": "transfer", "memcpy": "transfer", "memfill": "transfer", "prefetch": "transfer",
     "memory_connection": "context",
-    "TypedView": "memory", "from_dlpack": "interop", "from_native": "interop",
+    "TypedView": "views", "from_dlpack": "interop", "from_native": "interop",
 }
 
 

@@ -15,7 +15,8 @@ from .api import devices, host_device
 from .device import GenericDevice
 from .enums import AllocKind
 from .errors import InvalidArgumentError, InvalidSizeError, NotFoundError, got
-from .memory import Allocation, check_size, register_external
+from .checks import check_size
+from .memory import Allocation, register_external
 
 
 def _find_device(dl_type: int, dl_id: int) -> tuple[GenericDevice, AllocKind]:

@@ -26,7 +26,8 @@ import numpy as np
 from .backend import LocalMemory
 from .enums import AllocKind, MemoryConnection
 from .errors import InvalidArgumentError, InvalidSizeError, InvalidValueError, got
-from .memory import Allocation, as_int
+from .checks import as_int
+from .memory import Allocation
 from .pinning import device_pointer
 from .program import GlobalVariable, Kernel
 from .queue_core import QueueCore

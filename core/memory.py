@@ -29,62 +29,21 @@ from .enums import AllocKind
 from .errors import (
     got,
     InvalidArgumentError,
-    InvalidSizeError,
     NotFoundError,
-    OffloadError,
     OutOfResourcesError,
     UnsupportedError,
 )
+from .checks import MAX_SIZE, check_kind, check_size
 from .pool import Block, CachingAllocator
 from .queue_core import QueueCore, running_host_function
 from . import runtime as _runtime
+from .views import HostView, TypedView, dlpack_device, layout
 from .runtime import CLOSING, LIVE, Runtime, active, dead_runtime_error, warn_teardown
 from .tracking import origin
 
-MAX_SIZE = 1 << 64
 _COLLISION_RETRIES = 8
 _claim = threading.Lock()  # makes "is it live? then it is mine to free" one step
 _new = BufferBase.__new__
-
-
-def as_int(value: Any, what: str) -> int:
-    """``value`` through ``operator.index`` (numpy integers welcome); a bool, float or anything
-    else is a ``TypeError`` naming ``what``."""
-    if type(value) is int:
-        return value  # type: ignore[no-any-return]
-    if isinstance(value, bool):
-        raise TypeError(f"{what} must be an integer, got {got(value)}")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"{what} must be an integer, got {got(value)}") from None
-
-
-def check_size(size: Any, what: str = "size", allow_zero: bool = False) -> int:
-    """``size`` as an int in ``[1, 2**64)`` (``[0, ...)`` with ``allow_zero``): numpy integers are
-    accepted, floats and other types are a ``TypeError``, out-of-range values ``INVALID_SIZE``."""
-    size = as_int(size, what)
-    if size <= 0 and not (allow_zero and size == 0):
-        raise InvalidSizeError(f"{what} must be {'non-negative' if allow_zero else 'positive'}, got {size}")
-    if size >= MAX_SIZE:
-        raise InvalidSizeError(f"{what} {size} is not below 2**64")
-    return size
-
-
-def check_kind(kind: Any) -> AllocKind:
-    if kind.__class__ is not AllocKind:
-        raise TypeError(f"kind must be a pyoffload.AllocKind, got {kind!r}")
-    return kind  # type: ignore[no-any-return]
-
-
-class _HostView(BufferBase):
-    """What a ``view()`` array is made from: the viewed bytes, an export of the allocation (so
-    ``free`` refuses while the array is alive) and the caller's ``owner``, kept alive with it."""
-
-    __slots__ = ("export", "owner")
-
-    export: memoryview
-    owner: Any
 
 
 class Allocation(BufferBase):
@@ -167,9 +126,9 @@ class Allocation(BufferBase):
         dt = np.dtype(dtype)
         if dt.hasobject:
             raise InvalidArgumentError(f"view: dtype {dt} holds Python objects")
-        dims, count, offset = _layout(self, dt, shape, offset, "view")
+        dims, count, offset = layout(self, dt, shape, offset, "view")
         nbytes = count * dt.itemsize
-        holder = _new(_HostView)
+        holder = _new(HostView)
         holder.ptr, holder.nbytes, holder.exportable = self.ptr + offset, nbytes, True
         holder.export, holder.owner = memoryview(self), owner  # type: ignore[arg-type]
         return np.frombuffer(holder, dtype=dt, count=count).reshape(dims)  # type: ignore[call-overload, no-any-return]
@@ -240,122 +199,6 @@ class Allocation(BufferBase):
         state = "" if self.live else " freed"
         extern = "" if self.owned else " external"
         return f"<pyoffload.Allocation {self.kind.name} 0x{self.ptr:x} size={self.size} on {where}{extern}{state}>"
-
-
-def _layout(alloc: Allocation, dt: np.dtype[Any], shape: Any, offset: Any, what: str) -> tuple[tuple[int, ...], int, int]:
-    """``(dims, item count, offset)`` of a typed view of ``alloc``, checked to fit in it exactly."""
-    offset = check_size(offset, f"{what} offset", allow_zero=True)
-    if offset > alloc.size:
-        raise InvalidSizeError(f"{what} offset {offset} is past the end of {alloc!r}")
-    if shape is None:
-        dims: tuple[int, ...] = ((alloc.size - offset) // dt.itemsize if dt.itemsize else 0,)
-    elif isinstance(shape, tuple):
-        dims = tuple(check_size(d, f"{what} shape", allow_zero=True) for d in shape)
-    else:
-        dims = (check_size(shape, f"{what} shape", allow_zero=True),)
-    count = 1
-    for d in dims:
-        count *= d
-    if offset + count * dt.itemsize > alloc.size:
-        raise InvalidSizeError(
-            f"{what} of {dims} {dt} ({count * dt.itemsize} bytes) at offset {offset} overruns {alloc!r}")
-    return dims, count, offset
-
-
-def dlpack_device(alloc: Allocation) -> tuple[int, int]:
-    """``(DLDeviceType, device id)`` of an allocation's memory: from the device's info key
-    ``dlpack_device_types`` (AllocKind name -> type), else ``kDLCPU`` for host-accessible memory
-    and ``kDLExtDev`` for device memory."""
-    device = alloc.device if alloc.device is not None else alloc.context.devices[0]
-    dl_type = (device.info.get("dlpack_device_types") or {}).get(alloc.kind.name)
-    if dl_type is None:
-        dl_type = dlpack.K_DL_CPU if alloc.host_accessible else dlpack.K_DL_EXT_DEV
-    return int(dl_type), device.index if dl_type != dlpack.K_DL_CPU else 0
-
-
-_CUDA_TYPES = (dlpack.K_DL_CUDA, dlpack.K_DL_CUDA_HOST, dlpack.K_DL_CUDA_MANAGED)
-
-
-class TypedView:
-    """``shape`` items of ``dtype`` at ``offset`` bytes into an allocation (``Allocation.typed``),
-    for other libraries: DLPack, the array interface (host-accessible memory) and the CUDA array
-    interface v3 (CUDA memory).  While a DLPack consumer holds it, ``free`` refuses."""
-
-    __slots__ = ("allocation", "dtype", "shape", "offset", "owner")
-
-    def __init__(self, allocation: Allocation, dtype: Any, shape: Any = None, offset: int = 0, owner: Any = None) -> None:
-        if not allocation.live:
-            raise InvalidArgumentError(f"typed: {allocation!r} was freed")
-        dt = np.dtype(dtype)
-        if dt.hasobject:
-            raise InvalidArgumentError(f"typed: dtype {dt} holds Python objects")
-        dims, _, offset = _layout(allocation, dt, shape, offset, "typed")
-        self.allocation, self.dtype, self.shape, self.offset, self.owner = allocation, dt, dims, offset, owner
-
-    def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
-                   dl_device: Any = None, copy: bool | None = None) -> Any:
-        a = self.allocation
-        if not a.live:
-            raise BufferError(f"{a!r} was freed")
-        here = dlpack_device(a)
-        if dl_device is not None and tuple(dl_device) != here or copy:
-            if copy is False:
-                raise BufferError(f"the memory is on DLPack device {here}, not {tuple(dl_device)}, and copy=False")
-            if dl_device is not None and tuple(dl_device)[0] != dlpack.K_DL_CPU:
-                raise BufferError(f"pyoffload copies DLPack exports only to the CPU, not to {tuple(dl_device)}")
-            return self._host_copy().__dlpack__(stream=None, max_version=max_version)
-        if stream != -1:  # the consumer wants queued work on the memory to be done
-            for queue, seq in list((a.users or {}).items()):
-                if queue.live:
-                    queue.wait_done(seq)
-        keep = memoryview(a) if a.exportable else None  # the buffer protocol counts this export
-        if keep is None:
-            a.dl_exports += 1
-
-        def on_release() -> None:
-            if keep is not None:
-                keep.release()
-            else:
-                a.dl_exports -= 1
-
-        versioned = max_version is not None and tuple(max_version) >= dlpack.VERSION
-        return dlpack.make_capsule(a.ptr + self.offset, here, self.dtype, self.shape, bool(a.readonly), versioned,
-                                   on_release)
-
-    def _host_copy(self) -> np.ndarray:
-        a = self.allocation
-        if not a.exportable:
-            raise BufferError(f"{a!r} is device memory: copy it to the host with pyoffload.memcpy first")
-        count = 1
-        for d in self.shape:
-            count *= d
-        data = np.frombuffer(a, dtype=self.dtype, count=count, offset=self.offset)  # type: ignore[call-overload]
-        return data.reshape(self.shape).copy()  # type: ignore[no-any-return]
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        return dlpack_device(self.allocation)
-
-    @property
-    def __array_interface__(self) -> dict[str, Any]:
-        a = self.allocation
-        a.check_host("__array_interface__")
-        return {"shape": self.shape, "typestr": self.dtype.str, "descr": self.dtype.descr,
-                "data": (a.ptr + self.offset, bool(a.readonly)), "version": 3}
-
-    @property
-    def __cuda_array_interface__(self) -> dict[str, Any]:
-        a = self.allocation
-        if dlpack_device(a)[0] not in _CUDA_TYPES:
-            raise AttributeError("__cuda_array_interface__: not CUDA memory")
-        users = a.users or {}
-        pending = [(seq, q) for q, seq in users.items() if q.live and seq > q.done]
-        stream = max(pending, key=lambda p: p[0])[1].native if pending else None
-        return {"shape": self.shape, "typestr": self.dtype.str, "descr": self.dtype.descr,
-                "data": (a.ptr + self.offset, bool(a.readonly)), "version": 3, "strides": None,
-                "stream": stream if isinstance(stream, int) else None}
-
-    def __repr__(self) -> str:
-        return f"<pyoffload.TypedView {self.shape} {self.dtype} at +{self.offset} of {self.allocation!r}>"
 
 
 class MemInfo(NamedTuple):

@@ -34,7 +34,8 @@ from .context import GenericContext
 from .device import GenericDevice
 from .enums import AllocKind, MemAdvice, MemoryConnection
 from .errors import InvalidArgumentError, InvalidSizeError, NotFoundError, UnsupportedError, got
-from .memory import Allocation, check_size
+from .checks import check_size
+from .memory import Allocation
 from .pinning import find_pinned
 from .queue_core import QueueCore
 from .runtime import LIVE, active, dead_runtime_error

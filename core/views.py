@@ -1,0 +1,146 @@
+"""Typed views of allocations for other libraries: numpy arrays over exactly the requested bytes,
+DLPack exports, the array interface and the CUDA array interface v3.
+
+A view keeps its allocation (and an optional ``owner``, e.g. a framework's own array) alive, and
+counts as an export: ``free`` refuses while one is alive.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import dlpack
+from ._buffer import BufferBase
+from .checks import check_size
+from .errors import InvalidArgumentError, InvalidSizeError
+
+# Views sit below allocations (an Allocation makes its views), so they name it only as ``Any``.
+Allocation = Any
+
+
+class HostView(BufferBase):
+    """What a ``view()`` array is made from: the viewed bytes, an export of the allocation (so
+    ``free`` refuses while the array is alive) and the caller's ``owner``, kept alive with it."""
+
+    __slots__ = ("export", "owner")
+
+    export: memoryview
+    owner: Any
+
+
+def layout(alloc: Allocation, dt: np.dtype[Any], shape: Any, offset: Any, what: str) -> tuple[tuple[int, ...], int, int]:
+    """``(dims, item count, offset)`` of a typed view of ``alloc``, checked to fit in it exactly."""
+    offset = check_size(offset, f"{what} offset", allow_zero=True)
+    if offset > alloc.size:
+        raise InvalidSizeError(f"{what} offset {offset} is past the end of {alloc!r}")
+    if shape is None:
+        dims: tuple[int, ...] = ((alloc.size - offset) // dt.itemsize if dt.itemsize else 0,)
+    elif isinstance(shape, tuple):
+        dims = tuple(check_size(d, f"{what} shape", allow_zero=True) for d in shape)
+    else:
+        dims = (check_size(shape, f"{what} shape", allow_zero=True),)
+    count = 1
+    for d in dims:
+        count *= d
+    if offset + count * dt.itemsize > alloc.size:
+        raise InvalidSizeError(
+            f"{what} of {dims} {dt} ({count * dt.itemsize} bytes) at offset {offset} overruns {alloc!r}")
+    return dims, count, offset
+
+
+def dlpack_device(alloc: Allocation) -> tuple[int, int]:
+    """``(DLDeviceType, device id)`` of an allocation's memory: from the device's info key
+    ``dlpack_device_types`` (AllocKind name -> type), else ``kDLCPU`` for host-accessible memory
+    and ``kDLExtDev`` for device memory."""
+    device = alloc.device if alloc.device is not None else alloc.context.devices[0]
+    dl_type = (device.info.get("dlpack_device_types") or {}).get(alloc.kind.name)
+    if dl_type is None:
+        dl_type = dlpack.K_DL_CPU if alloc.host_accessible else dlpack.K_DL_EXT_DEV
+    return int(dl_type), device.index if dl_type != dlpack.K_DL_CPU else 0
+
+
+CUDA_TYPES = (dlpack.K_DL_CUDA, dlpack.K_DL_CUDA_HOST, dlpack.K_DL_CUDA_MANAGED)
+
+
+class TypedView:
+    """``shape`` items of ``dtype`` at ``offset`` bytes into an allocation (``Allocation.typed``),
+    for other libraries: DLPack, the array interface (host-accessible memory) and the CUDA array
+    interface v3 (CUDA memory).  While a DLPack consumer holds it, ``free`` refuses."""
+
+    __slots__ = ("allocation", "dtype", "shape", "offset", "owner")
+
+    def __init__(self, allocation: Allocation, dtype: Any, shape: Any = None, offset: int = 0, owner: Any = None) -> None:
+        if not allocation.live:
+            raise InvalidArgumentError(f"typed: {allocation!r} was freed")
+        dt = np.dtype(dtype)
+        if dt.hasobject:
+            raise InvalidArgumentError(f"typed: dtype {dt} holds Python objects")
+        dims, _, offset = layout(allocation, dt, shape, offset, "typed")
+        self.allocation, self.dtype, self.shape, self.offset, self.owner = allocation, dt, dims, offset, owner
+
+    def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
+                   dl_device: Any = None, copy: bool | None = None) -> Any:
+        a = self.allocation
+        if not a.live:
+            raise BufferError(f"{a!r} was freed")
+        here = dlpack_device(a)
+        if dl_device is not None and tuple(dl_device) != here or copy:
+            if copy is False:
+                raise BufferError(f"the memory is on DLPack device {here}, not {tuple(dl_device)}, and copy=False")
+            if dl_device is not None and tuple(dl_device)[0] != dlpack.K_DL_CPU:
+                raise BufferError(f"pyoffload copies DLPack exports only to the CPU, not to {tuple(dl_device)}")
+            return self._host_copy().__dlpack__(stream=None, max_version=max_version)
+        if stream != -1:  # the consumer wants queued work on the memory to be done
+            for queue, seq in list((a.users or {}).items()):
+                if queue.live:
+                    queue.wait_done(seq)
+        keep = memoryview(a) if a.exportable else None  # the buffer protocol counts this export
+        if keep is None:
+            a.dl_exports += 1
+
+        def on_release() -> None:
+            if keep is not None:
+                keep.release()
+            else:
+                a.dl_exports -= 1
+
+        versioned = max_version is not None and tuple(max_version) >= dlpack.VERSION
+        return dlpack.make_capsule(a.ptr + self.offset, here, self.dtype, self.shape, bool(a.readonly), versioned,
+                                   on_release)
+
+    def _host_copy(self) -> np.ndarray:
+        a = self.allocation
+        if not a.exportable:
+            raise BufferError(f"{a!r} is device memory: copy it to the host with pyoffload.memcpy first")
+        count = 1
+        for d in self.shape:
+            count *= d
+        data = np.frombuffer(a, dtype=self.dtype, count=count, offset=self.offset)  # type: ignore[call-overload]
+        return data.reshape(self.shape).copy()  # type: ignore[no-any-return]
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return dlpack_device(self.allocation)
+
+    @property
+    def __array_interface__(self) -> dict[str, Any]:
+        a = self.allocation
+        a.check_host("__array_interface__")
+        return {"shape": self.shape, "typestr": self.dtype.str, "descr": self.dtype.descr,
+                "data": (a.ptr + self.offset, bool(a.readonly)), "version": 3}
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        a = self.allocation
+        if dlpack_device(a)[0] not in CUDA_TYPES:
+            raise AttributeError("__cuda_array_interface__: not CUDA memory")
+        users = a.users or {}
+        pending = [(seq, q) for q, seq in users.items() if q.live and seq > q.done]
+        stream = max(pending, key=lambda p: p[0])[1].native if pending else None
+        return {"shape": self.shape, "typestr": self.dtype.str, "descr": self.dtype.descr,
+                "data": (a.ptr + self.offset, bool(a.readonly)), "version": 3, "strides": None,
+                "stream": stream if isinstance(stream, int) else None}
+
+    def __repr__(self) -> str:
+        return f"<pyoffload.TypedView {self.shape} {self.dtype} at +{self.offset} of {self.allocation!r}>"
