@@ -59,20 +59,28 @@ class KernelArg:
 
 @dataclasses.dataclass(frozen=True)
 class KernelInfo:
-    """A kernel: its name, descriptor symbol and argument layout."""
+    """A kernel: its argument layout and the resources the metadata reports for it."""
 
     name: str
     args: tuple[KernelArg, ...]
-    kernarg_size: int  # explicit arguments only: offset + size of the last one
-    kernarg_align: int
-    group_segment_size: int  # static LDS bytes; dynamic LDS starts after it
-    max_flat_workgroup_size: int
+    group_segment_size: int = 0  # static LDS bytes; dynamic LDS starts after it
+    max_flat_workgroup_size: int = 1024
+    private_segment_size: int = 0  # scratch bytes per work-item
+    sgpr_count: int = 0
+    vgpr_count: int = 0
+    wavefront_size: int = 64
     kind: str = "normal"  # "init" / "fini" for the ctor/dtor entry points
+    described: bool = True  # False: only a kernel descriptor names it (no metadata)
+
+    @property
+    def kernarg_size(self) -> int:
+        """Bytes of the explicit arguments: offset + size of the last one."""
+        return max((a.offset + a.size for a in self.args), default=0)
 
     @property
     def signature(self) -> tuple[str, ...] | None:
         kinds = tuple(a.kind for a in self.args)
-        return None if any(k is None for k in kinds) else kinds  # type: ignore[return-value]
+        return None if not self.described or None in kinds else kinds  # type: ignore[return-value]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,17 +240,18 @@ def _kernels(elf: ELFFile, metadata: Mapping[str, Any]) -> dict[str, KernelInfo]
         )
         name = str(entry[".name"])
         kernels[name] = KernelInfo(
-            name=name,
-            args=args,
-            kernarg_size=max((a.offset + a.size for a in args), default=0),
-            kernarg_align=int(entry.get(".kernarg_segment_align", 8)),
+            name, args,
             group_segment_size=int(entry.get(".group_segment_fixed_size", 0)),
             max_flat_workgroup_size=int(entry.get(".max_flat_workgroup_size", 1024)),
+            private_segment_size=int(entry.get(".private_segment_fixed_size", 0)),
+            sgpr_count=int(entry.get(".sgpr_count", 0)),
+            vgpr_count=int(entry.get(".vgpr_count", 0)),
+            wavefront_size=int(entry.get(".wavefront_size", 64)),
             kind=str(entry.get(".kind", "normal")),
         )
     # Code objects without metadata still name their kernels through descriptors.
     for name in descriptors - kernels.keys():
-        kernels[name] = KernelInfo(name, (), 0, 8, 0, 1024)
+        kernels[name] = KernelInfo(name, (), described=False)
     return {n: k for n, k in kernels.items() if n in descriptors or not descriptors}
 
 

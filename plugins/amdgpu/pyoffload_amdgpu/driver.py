@@ -120,7 +120,7 @@ def call(hip: Any, fn: Callable[..., Any], *args: Any, what: str | None = None) 
     """Call a hip-python function; raise on error; return ``None``, the value, or a tuple."""
     result = fn(*args)
     err = result[0]
-    if not is_success(err):
+    if err:  # hipSuccess is 0
         raise error_for(hip, err, what or getattr(fn, "__name__", "HIP call"))
     values = result[1:]
     if not values:

@@ -1,13 +1,12 @@
 """The backend's own handles: what the generic layer passes back into every hook.
 
-They are plain records (compared by identity) holding the HIP objects and what the plugin
-learned when creating them, so that no hook has to ask the driver twice.
+Plain records compared by identity, holding the HIP objects and what the plugin learned when
+creating them, so that no hook has to ask the driver twice.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import threading
 from typing import Any
 
 from .codeobject import CodeObject, KernelInfo
@@ -17,10 +16,8 @@ from .codeobject import CodeObject, KernelInfo
 class HipDevice:
     ordinal: int
     name: str
-    gcn_arch_name: str  # e.g. "gfx90a:sramecc+:xnack-"
-    arch: str  # e.g. "gfx90a"
-    info: dict[str, Any]
-    managed_memory: bool
+    arch: str  # e.g. "gfx90a", without target features
+    info: dict[str, Any]  # device_info_impl's answer
     memory_pools: bool  # hipMallocAsync is available
 
     def __repr__(self) -> str:
@@ -28,38 +25,11 @@ class HipDevice:
 
 
 @dataclasses.dataclass(eq=False)
-class HostFunctionFailures:
-    """Exceptions raised by host functions of one queue, reported at the next wait."""
-
-    errors: list[BaseException] = dataclasses.field(default_factory=list)
-    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
-
-    def add(self, exc: BaseException) -> None:
-        with self.lock:
-            self.errors.append(exc)
-
-    def take(self) -> list[BaseException]:
-        with self.lock:
-            errors, self.errors = self.errors, []
-            return errors
-
-
-@dataclasses.dataclass(eq=False)
 class HipQueue:
     device: HipDevice
-    stream: Any
+    stream: Any  # hipStream_t, or the int address a borrowed queue was made from
     profiling: bool
-    failures: HostFunctionFailures = dataclasses.field(default_factory=HostFunctionFailures)
-    # ctypes callbacks of host functions: kept alive until the stream has run them.
-    callbacks: list[Any] = dataclasses.field(default_factory=list)
-
-
-@dataclasses.dataclass(eq=False)
-class HipEvent:
-    device: HipDevice
-    event: Any
-    timing: bool
-    failures: HostFunctionFailures | None = None  # set for host-function events
+    borrowed: bool = False  # made by queue_from_native_impl: the owner destroys the stream
 
 
 @dataclasses.dataclass(eq=False)

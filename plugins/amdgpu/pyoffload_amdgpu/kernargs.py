@@ -1,4 +1,4 @@
-"""Packing kernel arguments into an AMDGPU kernarg buffer for ``hipModuleLaunchKernel(extra=...)``.
+"""Kernel arguments as an AMDGPU kernarg buffer for ``hipModuleLaunchKernel(extra=...)``.
 
 HIP's ``extra`` launch parameter is a ``void*[5]`` array::
 
@@ -6,123 +6,94 @@ HIP's ``extra`` launch parameter is a ``void*[5]`` array::
       HIP_LAUNCH_PARAM_BUFFER_SIZE,    <size_t* size>,
       HIP_LAUNCH_PARAM_END }
 
-The buffer holds the explicit arguments at the offsets the code object's metadata gives (each
-naturally aligned: the AMDGPU ABI lays arguments out like a C struct).  The runtime appends the
+The buffer holds the explicit arguments at the offsets the code object's metadata gives (without
+metadata, C-struct natural alignment, which is what the AMDGPU ABI uses); the runtime appends the
 hidden arguments itself.  A ``local`` (dynamic LDS) argument is a 32-bit LDS address: dynamic
-group memory starts after the kernel's static group segment, so the first one is the aligned
-static size and each later one follows the previous one's bytes; ``sharedMemBytes`` is their
-total.  ROCclr computes the same addresses when it sees a ``dynamic_shared_pointer`` argument.
+group memory starts after the kernel's static group segment, each local argument aligned after the
+previous one, and ``sharedMemBytes`` is their total, as ROCclr computes for
+``dynamic_shared_pointer`` arguments.
+
+Everything that depends only on the kernel and the argument kinds (offsets, the ``struct`` format,
+the ``extra`` markers) is worked out once per signature by :func:`packer`; a launch copies a
+template frame and writes the values into it with one ``struct.pack_into``.
 """
 
 from __future__ import annotations
 
 import ctypes
-import dataclasses
-from collections.abc import Sequence
+import struct
+from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-from pyoffload.backend import InvalidArgumentError, LocalMemory
+from pyoffload.backend import InvalidArgumentError
 
 from .codeobject import KernelArg, KernelInfo
 
+_FORMATS = {"ptr": "Q", "local": "I", "i8": "b", "i16": "h", "i32": "i", "i64": "q", "u8": "B", "u16": "H",
+            "u32": "I", "u64": "Q", "f16": "e", "f32": "f", "f64": "d"}
+MARKERS = (1, 2, 3)
+"""``HIP_LAUNCH_PARAM_BUFFER_POINTER``, ``_BUFFER_SIZE``, ``_END``: fixed by HIP's ABI, so a packer
+needs no binding (the tests check them against hip-python's)."""
 _LDS_ALIGN = 16  # what ROCclr aligns dynamic LDS arguments to when the metadata is silent
+
+Packed = tuple[ctypes.Structure, int]
+"""A launch's frame (the ``extra`` array first, so its address is the frame's) and its dynamic
+LDS bytes.  HIP copies the kernarg bytes before ``hipModuleLaunchKernel`` returns."""
 
 
 def _align(value: int, alignment: int) -> int:
     return (value + alignment - 1) // alignment * alignment
 
 
-@dataclasses.dataclass
-class PackedArgs:
-    """A kernarg buffer and the ``extra`` array pointing at it.
-
-    Keep this object alive for the duration of the launch call: HIP copies the bytes into the
-    dispatch's kernarg segment before ``hipModuleLaunchKernel`` returns.
-    """
-
-    buffer: ctypes.Array[ctypes.c_char]
-    size: ctypes.c_size_t
-    extra: ctypes.Array[ctypes.c_void_p]
-    shared_mem_bytes: int
-
-    @property
-    def extra_address(self) -> int:
-        return ctypes.addressof(self.extra)
-
-    @property
-    def data(self) -> bytes:
-        return bytes(self.buffer)[: self.size.value]
-
-
-def _encode(arg: Any, spec: KernelArg, index: int) -> bytes:
-    if isinstance(arg, int) and not isinstance(arg, bool):
-        if spec.value_kind != "global_buffer" and spec.size != 8:
-            raise InvalidArgumentError(f"argument {index}: a pointer was passed for a {spec.size}-byte value")
-        return arg.to_bytes(8, "little", signed=False)
-    if isinstance(arg, np.generic):
-        raw = np.asarray(arg).astype(arg.dtype.newbyteorder("<"), copy=False).tobytes()
-        if len(raw) != spec.size:
-            raise InvalidArgumentError(
-                f"argument {index}: {arg.dtype} is {len(raw)} bytes, the kernel expects {spec.size}"
-            )
-        return raw
-    raise InvalidArgumentError(f"argument {index}: cannot pass {type(arg).__name__} to a kernel")
-
-
-def _natural_layout(args: Sequence[Any]) -> tuple[KernelArg, ...]:
-    """The layout when the code object carries no metadata: C-struct natural alignment."""
-    layout = []
-    offset = 0
-    for arg in args:
-        if isinstance(arg, LocalMemory):
-            size, kind = 4, "dynamic_shared_pointer"
-        elif isinstance(arg, np.generic):
-            size, kind = arg.dtype.itemsize, "by_value"
-        else:
-            size, kind = 8, "global_buffer"
+def _natural(kinds: tuple[str, ...]) -> tuple[KernelArg, ...]:
+    layout, offset = [], 0
+    for kind in kinds:
+        size = struct.calcsize(_FORMATS[kind])
         offset = _align(offset, size)
-        layout.append(KernelArg(offset, size, kind))
+        layout.append(KernelArg(offset, size, "dynamic_shared_pointer" if kind == "local" else "by_value"))
         offset += size
     return tuple(layout)
 
 
-def pack(kernel: KernelInfo, args: Sequence[Any], hip: Any) -> PackedArgs:
-    """Lay ``args`` out as the kernel's kernarg segment expects and build the ``extra`` array.
+def packer(info: KernelInfo, kinds: tuple[str, ...]) -> Callable[[tuple[Any, ...]], Packed]:
+    """The packing function for launches of ``info`` with arguments of ``kinds``.
 
-    ``hip`` is the binding module; its ``HIP_LAUNCH_PARAM_*`` markers delimit the array.
+    Raises ``InvalidArgumentError`` when the kinds do not fit the metadata's layout (a kernel
+    whose metadata names types pyoffload has no kind for, so the generic layer could not check).
     """
-    layout = kernel.args if kernel.args or not args else _natural_layout(args)
-    if len(layout) != len(args):
-        raise InvalidArgumentError(
-            f"kernel {kernel.name!r} takes {len(layout)} arguments, {len(args)} were given"
-        )
-    size = max((a.offset + a.size for a in layout), default=0)
-    data = bytearray(size)
-    lds = kernel.group_segment_size
-    dynamic_lds = 0
-    for index, (arg, spec) in enumerate(zip(args, layout, strict=True)):
-        if spec.offset % min(spec.size, 8) and spec.size in (1, 2, 4, 8):
-            raise InvalidArgumentError(f"argument {index} of {kernel.name!r} is misaligned in the metadata")
-        if isinstance(arg, LocalMemory):
-            if spec.value_kind != "dynamic_shared_pointer":
-                raise InvalidArgumentError(f"argument {index} of {kernel.name!r} is not a local pointer")
-            lds = _align(lds, max(spec.pointee_align, _LDS_ALIGN))
-            raw = lds.to_bytes(spec.size, "little")
-            lds += arg.size
-            dynamic_lds = lds - kernel.group_segment_size
-        else:
-            if spec.value_kind == "dynamic_shared_pointer":
-                raise InvalidArgumentError(f"argument {index} of {kernel.name!r} needs LocalMemory")
-            raw = _encode(arg, spec, index)
-        data[spec.offset : spec.offset + spec.size] = raw
-    buffer = ctypes.create_string_buffer(bytes(data), max(size, 1))
-    size_t = ctypes.c_size_t(size)
-    extra = (ctypes.c_void_p * 5)(
-        hip.HIP_LAUNCH_PARAM_BUFFER_POINTER,
-        ctypes.addressof(buffer),
-        hip.HIP_LAUNCH_PARAM_BUFFER_SIZE,
-        ctypes.addressof(size_t),
-        hip.HIP_LAUNCH_PARAM_END,
-    )
-    return PackedArgs(buffer, size_t, extra, dynamic_lds)
+    layout = info.args if info.described else _natural(kinds)
+    if len(layout) != len(kinds) or any(struct.calcsize(_FORMATS[k]) != a.size for k, a in zip(kinds, layout)):
+        raise InvalidArgumentError(f"kernel {info.name!r} takes arguments of {[a.size for a in layout]} bytes, "
+                                   f"not ({', '.join(kinds)})")
+    fmt, end = "<", 0
+    for kind, arg in zip(kinds, layout):
+        fmt += "x" * (arg.offset - end) + _FORMATS[kind]
+        end = arg.offset + arg.size
+    pack_into = struct.Struct(fmt).pack_into
+
+    class Frame(ctypes.Structure):
+        _fields_ = [("extra", ctypes.c_void_p * 5), ("size", ctypes.c_size_t), ("data", ctypes.c_char * max(end, 1))]
+
+    data_at, size_at = Frame.data.offset, Frame.size.offset  # type: ignore[attr-defined]
+    template = Frame()
+    template.extra[0], template.extra[2], template.extra[4] = MARKERS
+    template.size = end
+    raw = bytes(template)
+    locals_ = [(i, max(layout[i].pointee_align, _LDS_ALIGN)) for i, k in enumerate(kinds) if k == "local"]
+
+    def pack(values: tuple[Any, ...]) -> Packed:
+        lds = info.group_segment_size
+        if locals_:
+            values = list(values)  # type: ignore[assignment]
+            for i, alignment in locals_:
+                lds = _align(lds, alignment)
+                size = values[i].size
+                values[i] = lds  # type: ignore[index]
+                lds += size
+        frame = Frame.from_buffer_copy(raw)
+        base = ctypes.addressof(frame)
+        frame.extra[1], frame.extra[3] = base + data_at, base + size_at
+        pack_into(frame, data_at, *values)
+        return frame, lds - info.group_segment_size
+
+    return pack

@@ -14,7 +14,7 @@ from amdgpu_test_support import build, conformance_images
 from pyoffload_amdgpu import codeobject
 from pyoffload_amdgpu.fake_hip import FakeHip, FakeHipWarning, FakePointer
 from pyoffload_amdgpu.fake_hip.kernels import EMULATIONS
-from pyoffload_amdgpu.kernargs import pack
+from pyoffload_amdgpu.kernargs import packer
 
 E = FakeHip.hipError_t
 H2D, D2H = FakeHip.hipMemcpyKind.hipMemcpyHostToDevice, FakeHip.hipMemcpyKind.hipMemcpyDeviceToHost
@@ -40,9 +40,9 @@ def load(hip, image):
 
 def launch(hip, module, name, args, grid=(1, 1, 1), block=(1, 1, 1), stream=None):
     function = ok(hip.hipModuleGetFunction(module, name))
-    packed = pack(function.info, args, hip)
-    return hip.hipModuleLaunchKernel(function, *grid, *block, packed.shared_mem_bytes, stream, None,
-                                     packed.extra_address)
+    kinds = tuple("ptr" if isinstance(a, int) else f"{a.dtype.kind}{8 * a.dtype.itemsize}" for a in args)
+    frame, shared = packer(function.info, kinds)(args)
+    return hip.hipModuleLaunchKernel(function, *grid, *block, shared, stream, None, ctypes.addressof(frame))
 
 
 def test_results_are_tuples_and_pointers_only_convert_to_int(hip):

@@ -1,14 +1,17 @@
-"""The plugin's hooks on the fake HIP driver: the code paths a GPU would run, without one."""
+"""The plugin's v1 hooks on the fake HIP driver: the code paths a GPU would run, without one."""
 
 from __future__ import annotations
 
 import ctypes
-import gc
+import threading
 
 import numpy as np
 import pytest
 from amdgpu_test_support import conformance_images, fake_backend
 from pyoffload.backend import (
+    HOOK_API,
+    INFO_KEYS,
+    KERNEL_ATTRIBUTE_KEYS,
     AllocKind,
     BackendError,
     InitFini,
@@ -31,13 +34,33 @@ def backend(monkeypatch):
     assert fake.violations == [], fake.violations  # deinit left nothing behind, misused nothing
 
 
-def _read(device, ptr, dtype, count):
+def _queue(device, profiling=False):
+    return P.queue_create_impl((device,), device, profiling)
+
+
+def _write(device, queue, ptr, data):
+    P.data_submit_impl(device, queue, ptr, memoryview(data).cast("B"), data.nbytes)
+    P.queue_synchronize_impl(device, queue)
+
+
+def _read(device, queue, ptr, dtype, count):
     out = np.zeros(count, dtype)
-    P.data_retrieve_impl(device, None, memoryview(out).cast("B"), ptr, out.nbytes)
+    P.data_retrieve_impl(device, queue, memoryview(out).cast("B"), ptr, out.nbytes)
+    P.queue_synchronize_impl(device, queue)
     return out
 
 
-def test_init_reports_every_device_with_its_info(monkeypatch):
+def _launch(device, queue, kernel, grid, block, *args):
+    kinds = tuple("local" if isinstance(a, LocalMemory) else "ptr" if isinstance(a, int)
+                  else f"{a.dtype.kind}{8 * a.dtype.itemsize}" for a in args)
+    P.launch_impl(device, queue, kernel, grid, block, P.kernel_packer_impl(device, kernel, kinds)(args))
+
+
+def test_the_plugin_declares_the_contract_it_implements():
+    assert P.HOOK_API == HOOK_API
+
+
+def test_init_reports_every_device_with_standard_info(monkeypatch):
     monkeypatch.setenv("PYOFFLOAD_AMDGPU_FAKE_DEVICES", "3")
     monkeypatch.setenv("PYOFFLOAD_AMDGPU_DRIVER", "fake")
     platforms = P.init_impl()
@@ -45,9 +68,12 @@ def test_init_reports_every_device_with_its_info(monkeypatch):
         devices = [d.handle for d in platforms[0].devices]
         assert len(devices) == 3 and platforms[0].vendor == "AMD"
         info = P.device_info_impl(devices[2])
-        assert info["architecture"] == "gfx90a" and info["gcn_arch_name"].startswith("gfx90a:")
-        assert info["memory_bytes"] == 4 << 30 and info["compute_units"] == 104
-        assert info["max_work_group_size"] == 1024 and info["driver_version"] > 0
+        assert {k for k in info if not k.startswith("amdgpu.")} <= set(INFO_KEYS)
+        assert info["amdgpu.architecture"] == "gfx90a" and info["amdgpu.gcn_arch_name"].startswith("gfx90a:")
+        assert info["global_memory_bytes"] == 4 << 30 and info["compute_units"] == 104
+        assert info["max_work_group_size"] == 1024 and info["max_work_item_sizes"] == (1024, 1024, 1024)
+        assert info["max_grid_size"][0] == 2**31 - 1 and info["sub_group_size"] == 64
+        assert info["memory_kinds"] == ("DEVICE", "HOST", "MANAGED") and info["amdgpu.ordinal"] == 2
     finally:
         P.deinit_impl()
 
@@ -55,23 +81,14 @@ def test_init_reports_every_device_with_its_info(monkeypatch):
 def test_every_kind_allocates_and_frees(backend):
     fake, (d0, d1) = backend
     ctx = (d0, d1)
-    device = P.data_alloc_impl(ctx, d0, 64, AllocKind.DEVICE)
+    device = P.data_alloc_impl(ctx, d1, 64, AllocKind.DEVICE)
     host = P.data_alloc_impl(ctx, None, 64, AllocKind.HOST)
     managed = P.data_alloc_impl(ctx, d1, 64, AllocKind.MANAGED)
-    assert fake.space.find(device).device == 0
+    assert fake.space.find(device).device == 1  # made current before hipMalloc
     ctypes.memset(host, 1, 64)  # HOST and MANAGED are host-accessible at their address
     ctypes.memset(managed, 2, 64)
-    assert fake.calls["hipHostMalloc"] == fake.calls["hipMallocManaged"] == 1
-    P.data_free_impl(ctx, d0, device, AllocKind.DEVICE)
-    P.data_free_impl(ctx, None, host, AllocKind.HOST)
-    P.data_free_impl(ctx, d1, managed, AllocKind.MANAGED)
-
-
-def test_managed_memory_is_unsupported_where_the_device_lacks_it(backend):
-    _, (d0, _) = backend
-    d0.managed_memory = False
-    with pytest.raises(UnsupportedError, match="managed"):
-        P.data_alloc_impl((d0,), d0, 64, AllocKind.MANAGED)
+    for ptr, kind in ((device, AllocKind.DEVICE), (host, AllocKind.HOST), (managed, AllocKind.MANAGED)):
+        P.data_free_impl(ctx, None if kind is AllocKind.HOST else d1, ptr, kind)
 
 
 def test_out_of_memory_maps_to_out_of_resources(monkeypatch):
@@ -80,22 +97,39 @@ def test_out_of_memory_maps_to_out_of_resources(monkeypatch):
             P.data_alloc_impl((d0,), d0, 2 << 20, AllocKind.DEVICE)
 
 
-def test_fill_uses_the_memset_width_and_refuses_others(backend):
+def test_enqueue_hooks_return_nothing_and_run_asynchronously(backend):
     fake, (d0, _) = backend
+    queue = _queue(d0)
     ptr = P.data_alloc_impl((d0,), d0, 16, AllocKind.DEVICE)
-    P.data_fill_impl(d0, None, ptr, b"\x01\x02\x03\x04", 16)
-    assert bytes(_read(d0, ptr, np.uint8, 16)) == b"\x01\x02\x03\x04" * 4
-    queue = P.queue_create_impl((d0,), d0, False)
-    P.event_wait_impl(d0, P.data_fill_impl(d0, queue, ptr, b"\xaa\xbb", 8))
-    assert bytes(_read(d0, ptr, np.uint8, 16)) == b"\xaa\xbb" * 4 + b"\x01\x02\x03\x04" * 2
-    P.data_fill_impl(d0, None, ptr, b"\x05\x06" * 4, 8)  # repeats a 2-byte pattern: hipMemsetD16
-    assert bytes(_read(d0, ptr, np.uint8, 8)) == b"\x05\x06" * 4
+    gate = threading.Event()
+    assert P.enqueue_host_function_impl(d0, queue, gate.wait) is True
+    assert P.data_fill_impl(d0, queue, ptr, b"\x01\x02\x03\x04", 16) is None
+    assert P.queue_query_impl(d0, queue) is False  # held back by the host function
+    event = P.event_record_impl(d0, queue)
+    assert P.event_query_impl(d0, event) is False
+    gate.set()
+    P.event_wait_impl(d0, event)
+    assert P.event_query_impl(d0, event) and P.queue_query_impl(d0, queue)
+    assert bytes(_read(d0, queue, ptr, np.uint8, 16)) == b"\x01\x02\x03\x04" * 4
+    P.event_release_impl(d0, event)
+    P.queue_destroy_impl(d0, queue)
+    P.data_free_impl((d0,), d0, ptr, AllocKind.DEVICE)
+    assert fake.calls["hipEventDestroy"] == 1
+
+
+def test_fill_uses_the_memset_of_the_patterns_width(backend):
+    fake, (d0, _) = backend
+    queue = _queue(d0)
+    ptr = P.data_alloc_impl((d0,), d0, 16, AllocKind.DEVICE)
+    P.data_fill_impl(d0, queue, ptr, b"\xaa\xbb", 16)
+    P.data_fill_impl(d0, queue, ptr, b"\x05", 4)
+    assert bytes(_read(d0, queue, ptr, np.uint8, 8)) == b"\x05" * 4 + b"\xaa\xbb" * 2
     for pattern in (b"123", b"12345678"):
         with pytest.raises(UnsupportedError):
-            P.data_fill_impl(d0, None, ptr, pattern, 24)
-    with pytest.raises(UnsupportedError, match="aligned"):
-        P.data_fill_impl(d0, None, ptr + 1, b"\x01\x02", 2)
-    assert fake.calls["hipMemsetD32"] == fake.calls["hipMemsetD16Async"] == fake.calls["hipMemsetD16"] == 1
+            P.data_fill_impl(d0, queue, ptr, pattern, 24)
+    with pytest.raises(UnsupportedError, match="alignment"):
+        P.data_fill_impl(d0, queue, ptr + 1, b"\x01\x02", 2)
+    assert fake.calls["hipMemsetD16Async"] == fake.calls["hipMemsetD8Async"] == 1
     P.queue_destroy_impl(d0, queue)
     P.data_free_impl((d0,), d0, ptr, AllocKind.DEVICE)
 
@@ -122,35 +156,39 @@ def test_pinned_query_recognises_vendor_pinned_memory(backend):
 def test_prefetch_and_advise_reach_the_driver(backend):
     fake, (d0, d1) = backend
     managed = P.data_alloc_impl((d0, d1), d1, 8192, AllocKind.MANAGED)
-    P.data_prefetch_impl(d1, None, managed, 8192, True)
+    queue = _queue(d1)
+    P.data_prefetch_impl(d1, queue, managed, 8192, True)
+    P.queue_synchronize_impl(d1, queue)
     assert fake.managed_location[managed] == 1
-    queue = P.queue_create_impl((d0, d1), d0, False)
-    P.event_wait_impl(d0, P.data_prefetch_impl(d0, queue, managed, 8192, False))
+    P.data_prefetch_impl(d1, queue, managed, 8192, False)
+    P.queue_synchronize_impl(d1, queue)
     assert fake.managed_location[managed] == fake.hipCpuDeviceId
     P.data_advise_impl(d1, managed, 8192, MemAdvice.SET_PREFERRED_LOCATION)
     assert fake.managed_advice[managed] == [(fake.hipMemoryAdvise.hipMemAdviseSetPreferredLocation, 1)]
-    P.queue_destroy_impl(d0, queue)
+    P.queue_destroy_impl(d1, queue)
     P.data_free_impl((d0, d1), d1, managed, AllocKind.MANAGED)
 
 
 def test_stream_ordered_allocation_only_for_device_memory(backend):
-    _, (d0, _) = backend
-    queue = P.queue_create_impl((d0,), d0, False)
+    fake, (d0, _) = backend
+    queue = _queue(d0)
     assert P.data_alloc_async_impl((d0,), None, queue, 64, AllocKind.HOST) is None
     ptr = P.data_alloc_async_impl((d0,), d0, queue, 64, AllocKind.DEVICE)
     plain = P.data_alloc_impl((d0,), d0, 64, AllocKind.DEVICE)
     assert P.data_free_async_impl((d0,), d0, queue, plain, AllocKind.DEVICE) is None  # not from the pool
-    event = P.data_free_async_impl((d0,), d0, queue, ptr, AllocKind.DEVICE)
-    P.event_wait_impl(d0, event)
+    assert P.data_free_async_impl((d0,), d0, queue, ptr, AllocKind.DEVICE) is True
+    P.queue_synchronize_impl(d0, queue)
+    assert fake.space.find(ptr).freed
     P.data_free_impl((d0,), d0, plain, AllocKind.DEVICE)
     P.queue_destroy_impl(d0, queue)
 
 
-def test_memory_connection_follows_peer_access(monkeypatch):
+def test_memory_connection_enables_peer_access(monkeypatch):
     with fake_backend(monkeypatch) as (fake, (d0, d1)):
         ctx = (d0, d1)
         assert P.memory_connection_impl(ctx, d0, ctx, d1) is MemoryConnection.UNIFIED
         assert fake.peers == {(0, 1), (1, 0)}
+        assert P.memory_connection_impl(ctx, d1, ctx, d0) is MemoryConnection.UNIFIED  # already enabled
         assert P.memory_connection_impl(ctx, d0, ctx, None) is MemoryConnection.UNIFIED
         assert P.memory_connection_impl(ctx, d0, (d0, d1), d0) is None  # another context: generic rule
     with fake_backend(monkeypatch, peer_capable=False) as (fake, (d0, d1)):
@@ -159,26 +197,25 @@ def test_memory_connection_follows_peer_access(monkeypatch):
         assert fake.peers == set()
 
 
-def test_exchange_copies_between_devices(backend):
+def test_exchange_copies_within_and_between_devices(backend):
     fake, (d0, d1) = backend
     ctx = (d0, d1)
     src = P.data_alloc_impl(ctx, d0, 1024, AllocKind.DEVICE)
     dst = P.data_alloc_impl(ctx, d1, 1024, AllocKind.DEVICE)
     data = np.arange(256, dtype=np.int32)
-    P.data_submit_impl(d0, None, src, memoryview(data).cast("B"), 1024)
-    P.data_exchange_impl(d0, src, d1, dst, 1024, None)
-    assert np.array_equal(_read(d1, dst, np.int32, 256), data)
-    queue = P.queue_create_impl(ctx, d1, False)
-    assert P.data_exchange_impl(d1, dst, d0, src, 512, None) is None  # synchronous without a queue
-    P.event_wait_impl(d1, P.data_exchange_impl(d0, src, d1, dst + 512, 512, queue))
-    assert np.array_equal(_read(d1, dst, np.int32, 256), np.concatenate([data[:128], data[:128]]))
-    assert fake.calls["hipMemcpyPeer"] == 2 and fake.calls["hipMemcpyPeerAsync"] == 1
-    P.queue_destroy_impl(d1, queue)
+    q0, q1 = _queue(d0), _queue(d1)
+    _write(d0, q0, src, data)
+    P.data_exchange_impl(d0, src, d1, dst, 1024, q1)
+    P.data_exchange_impl(d1, dst, d1, dst + 512, 512, q1)
+    assert np.array_equal(_read(d1, q1, dst, np.int32, 256), np.concatenate([data[:128], data[:128]]))
+    assert fake.calls["hipMemcpyPeerAsync"] == 1
+    for device, queue in ((d0, q0), (d1, q1)):
+        P.queue_destroy_impl(device, queue)
     P.data_free_impl(ctx, d0, src, AllocKind.DEVICE)
     P.data_free_impl(ctx, d1, dst, AllocKind.DEVICE)
 
 
-def test_programs_symbols_and_globals(backend):
+def test_programs_symbols_globals_and_attributes(backend):
     _, (d0, _) = backend
     program = P.load_binary_impl((d0,), d0, conformance_images()["kernels"])
     symbols = {s.name: s for s in P.get_symbols_impl(d0, program)}
@@ -186,41 +223,46 @@ def test_programs_symbols_and_globals(backend):
     assert symbols["iota_i32"].kind is SymbolKind.KERNEL
     assert P.global_init_fini_impl(d0, program) == InitFini()
     address, size = P.get_global_impl(d0, program, "table")
-    assert size == 64 and np.array_equal(_read(d0, address, np.int32, 16), np.arange(16))
-    with pytest.raises(NotFoundError, match="'nothing'"):
-        P.get_kernel_impl(d0, program, "nothing")
+    queue = _queue(d0)
+    assert size == 64 and np.array_equal(_read(d0, queue, address, np.int32, 16), np.arange(16))
     with pytest.raises(NotFoundError, match="'nowhere'"):
         P.get_global_impl(d0, program, "nowhere")
     kernel = P.get_kernel_impl(d0, program, "axpy_f32")
     assert P.kernel_signature_impl(d0, kernel) == ("ptr", "ptr", "f32", "i32")
+    attributes = P.kernel_attributes_impl(d0, kernel)
+    assert set(KERNEL_ATTRIBUTE_KEYS) <= set(attributes)
+    assert attributes["max_work_group_size"] == 1024 and attributes["preferred_work_group_multiple"] == 64
+    assert attributes["registers"] > 0 and attributes["amdgpu.sgpr_count"] > 0
+    assert P.native_handle_impl("kernel", kernel) is kernel.function
+    P.queue_destroy_impl(d0, queue)
     P.unload_binary_impl(d0, program)
 
 
 def test_conformance_kernels_through_the_hooks(backend):
     _, (d0, _) = backend
     ctx = (d0,)
+    queue = _queue(d0)
     program = P.load_binary_impl(ctx, d0, conformance_images()["kernels"])
     out = P.data_alloc_impl(ctx, d0, 8 * 10, AllocKind.DEVICE)
-    scalars = P.get_kernel_impl(d0, program, "scalars")
-    args = (out, np.int8(-1), np.int16(-2), np.int32(-3), np.int64(-4), np.float32(0.5), np.float64(0.25),
+    _launch(d0, queue, P.get_kernel_impl(d0, program, "scalars"), (1, 1, 1), (1, 1, 1),
+            out, np.int8(-1), np.int16(-2), np.int32(-3), np.int64(-4), np.float32(0.5), np.float64(0.25),
             np.uint8(200), np.uint16(60000), np.uint32(3_000_000_000), np.uint64(2**40))
-    P.launch_impl(d0, None, scalars, (1, 1, 1), (1, 1, 1), args)
-    assert _read(d0, out, np.float64, 10).tolist() == [-1, -2, -3, -4, 0.5, 0.25, 200, 60000, 3e9, 2.0**40]
+    assert _read(d0, queue, out, np.float64, 10).tolist() == [-1, -2, -3, -4, 0.5, 0.25, 200, 60000, 3e9, 2.0**40]
     x = P.data_alloc_impl(ctx, d0, 4 * 100, AllocKind.DEVICE)
     y = P.data_alloc_impl(ctx, d0, 4 * 100, AllocKind.DEVICE)
-    P.data_submit_impl(d0, None, x, memoryview(np.arange(100, dtype=np.float32)).cast("B"), 400)
-    P.data_submit_impl(d0, None, y, memoryview(np.ones(100, dtype=np.float32)).cast("B"), 400)
-    queue = P.queue_create_impl(ctx, d0, False)
-    prepared = P.launch_prepare_impl(d0, queue, P.get_kernel_impl(d0, program, "axpy_f32"), (4, 1, 1), (32, 1, 1),
-                                     (y, x, np.float32(2.0), np.int32(100)))
+    _write(d0, queue, x, np.arange(100, dtype=np.float32))
+    _write(d0, queue, y, np.ones(100, dtype=np.float32))
+    axpy = P.get_kernel_impl(d0, program, "axpy_f32")
+    packed = P.kernel_packer_impl(d0, axpy, ("ptr", "ptr", "f32", "i32"))((y, x, np.float32(2.0), np.int32(100)))
+    prepared = P.launch_prepare_impl(d0, queue, axpy, (4, 1, 1), (32, 1, 1), packed)
+    del packed
     prepared()
-    P.event_wait_impl(d0, prepared())
-    assert np.array_equal(_read(d0, y, np.float32, 100), 1 + 4 * np.arange(100, dtype=np.float32))
-    reverse = P.get_kernel_impl(d0, program, "local_reverse")
-    P.launch_impl(d0, queue, reverse, (2, 1, 1), (50, 1, 1), (y, x, LocalMemory(200), np.int32(100), np.int32(50)))
-    P.queue_synchronize_impl(d0, queue)
+    prepared()
+    assert np.array_equal(_read(d0, queue, y, np.float32, 100), 1 + 4 * np.arange(100, dtype=np.float32))
+    _launch(d0, queue, P.get_kernel_impl(d0, program, "local_reverse"), (2, 1, 1), (50, 1, 1),
+            y, x, LocalMemory(200), np.int32(100), np.int32(50))
     expected = np.concatenate([np.arange(49, -1, -1), np.arange(99, 49, -1)]).astype(np.float32)
-    assert np.array_equal(_read(d0, y, np.float32, 100), expected)  # the bytes are int32 moves of floats
+    assert np.array_equal(_read(d0, queue, y, np.float32, 100), expected)  # int32 moves of floats
     P.queue_destroy_impl(d0, queue)
     for ptr in (out, x, y):
         P.data_free_impl(ctx, d0, ptr, AllocKind.DEVICE)
@@ -230,64 +272,128 @@ def test_conformance_kernels_through_the_hooks(backend):
 def test_constructors_and_destructors_run_through_the_entry_points(backend):
     _, (d0, _) = backend
     ctx = (d0,)
+    queue = _queue(d0)
     program = P.load_binary_impl(ctx, d0, conformance_images()["ctor_dtor"])
     entry = P.global_init_fini_impl(d0, program)
     assert entry == InitFini(init=("amdgcn.device.init",), fini=("amdgcn.device.fini",))
     for name in entry.init:
-        P.launch_impl(d0, None, P.get_kernel_impl(d0, program, name), (1, 1, 1), (1, 1, 1), ())
+        _launch(d0, queue, P.get_kernel_impl(d0, program, name), (1, 1, 1), (1, 1, 1))
     out = P.data_alloc_impl(ctx, None, 8, AllocKind.HOST)
-    P.launch_impl(d0, None, P.get_kernel_impl(d0, program, "get_state"), (1, 1, 1), (1, 1, 1), (out,))
+    _launch(d0, queue, P.get_kernel_impl(d0, program, "get_state"), (1, 1, 1), (1, 1, 1), out)
+    P.queue_synchronize_impl(d0, queue)
     assert list((ctypes.c_int32 * 2).from_address(out)) == [42, 1]
-    P.launch_impl(d0, None, P.get_kernel_impl(d0, program, "set_dtor_out"), (1, 1, 1), (1, 1, 1), (out,))
+    _launch(d0, queue, P.get_kernel_impl(d0, program, "set_dtor_out"), (1, 1, 1), (1, 1, 1), out)
     for name in entry.fini:
-        P.launch_impl(d0, None, P.get_kernel_impl(d0, program, name), (1, 1, 1), (1, 1, 1), ())
+        _launch(d0, queue, P.get_kernel_impl(d0, program, name), (1, 1, 1), (1, 1, 1))
+    P.queue_synchronize_impl(d0, queue)
     assert list((ctypes.c_int32 * 2).from_address(out)) == [215, 1]
+    P.queue_destroy_impl(d0, queue)
     P.unload_binary_impl(d0, program)
     P.data_free_impl(ctx, None, out, AllocKind.HOST)
 
 
-def test_host_function_errors_surface_at_synchronize(backend):
-    _, (d0, _) = backend
-    queue = P.queue_create_impl((d0,), d0, False)
-    ran = []
-    P.enqueue_host_function_impl(d0, queue, lambda: ran.append(True))
+def test_host_functions_run_off_hips_callback_thread_in_order(backend):
+    fake, (d0, _) = backend
+    queue, other = _queue(d0), _queue(d0)
+    ptr = P.data_alloc_impl((d0,), d0, 4, AllocKind.DEVICE)
+    seen = []
+    P.data_fill_impl(d0, queue, ptr, b"\x07", 4)
+    # The host function calls HIP (a copy on another queue): HIP forbids that on its callback
+    # thread, and the fake records it as a violation if the plugin ran it there.
+    P.enqueue_host_function_impl(d0, queue, lambda: seen.append(bytes(_read(d0, other, ptr, np.uint8, 4))))
+    P.queue_synchronize_impl(d0, queue)
+    assert seen == [b"\x07" * 4] and fake.violations == [] and P._host_functions == {}
+    for q in (queue, other):
+        P.queue_destroy_impl(d0, q)
+    P.data_free_impl((d0,), d0, ptr, AllocKind.DEVICE)
 
-    def fail():
-        raise ValueError("from the host function")
 
-    P.enqueue_host_function_impl(d0, queue, fail)
-    with pytest.raises(BackendError, match="from the host function"):
+def test_queues_wait_for_events_of_other_devices_natively(backend):
+    fake, (d0, d1) = backend
+    q0, q1 = _queue(d0), _queue(d1)
+    gate = threading.Event()
+    P.enqueue_host_function_impl(d0, q0, gate.wait)
+    event = P.event_record_impl(d0, q0)
+    assert P.queue_wait_events_impl(d1, q1, [event]) is True
+    after = P.event_record_impl(d1, q1)
+    assert not P.event_query_impl(d1, after)  # q1 waits for q0's gate, the host does not
+    gate.set()
+    P.event_wait_impl(d1, after)
+    assert fake.calls["hipStreamWaitEvent"] == 1
+    for device, ev in ((d0, event), (d1, after)):
+        P.event_release_impl(device, ev)
+    for device, queue in ((d0, q0), (d1, q1)):
+        P.queue_destroy_impl(device, queue)
+
+
+def test_events_from_a_thread_that_never_chose_a_device(backend):
+    fake, (d0, d1) = backend
+    queue = _queue(d1)
+    events = []
+    worker = threading.Thread(target=lambda: events.append(P.event_record_impl(d1, queue)))
+    worker.start()
+    worker.join()
+    P.event_wait_impl(d1, events[0])
+    P.event_release_impl(d1, events[0])
+    P.queue_destroy_impl(d1, queue)
+    # Without hipSetDevice the event would belong to device 0 and HIP would refuse the record.
+    fake.hipSetDevice(0)
+    stray = fake.hipEventCreateWithFlags(0)[1]
+    err = fake.hipEventRecord(stray, _queue(d1).stream)[0]
+    assert err == fake.hipError_t.hipErrorInvalidHandle
+    fake.violations.clear()
+    fake.hipEventDestroy(stray)
+    fake._streams[-1].stop()  # the stray queue of the check
+
+
+def test_kernel_faults_surface_at_every_later_wait(backend):
+    _, (d0, d1) = backend
+    queue = _queue(d0)
+    program = P.load_binary_impl((d0,), d0, conformance_images()["kernels"])
+    remote = P.data_alloc_impl((d1,), d1, 4, AllocKind.DEVICE)
+    _launch(d0, queue, P.get_kernel_impl(d0, program, "bump"), (1, 1, 1), (1, 1, 1), remote)  # no peer access
+    event = P.event_record_impl(d0, queue)
+    with pytest.raises(BackendError, match="hipErrorIllegalAddress"):
+        P.event_wait_impl(d0, event)
+    with pytest.raises(BackendError, match="hipErrorIllegalAddress"):
         P.queue_synchronize_impl(d0, queue)
-    assert ran == [True] and queue.callbacks == []
-    P.queue_synchronize_impl(d0, queue)  # reported once
+    P.event_release_impl(d0, event)
+    P.queue_destroy_impl(d0, queue)
+    P.data_free_impl((d1,), d1, remote, AllocKind.DEVICE)
+    P.unload_binary_impl(d0, program)
+    _.violations[:] = [v for v in _.violations if "without peer access" not in v]
+
+
+def test_elapsed_time_between_events_of_a_profiling_queue(backend):
+    _, (d0, _) = backend
+    queue = _queue(d0, profiling=True)
+    start = P.event_record_impl(d0, queue)
+    end = P.event_record_impl(d0, queue)
+    P.event_wait_impl(d0, end)
+    assert P.event_elapsed_impl(d0, start, end) >= 0.0
+    for event in (start, end):
+        P.event_release_impl(d0, event)
     P.queue_destroy_impl(d0, queue)
 
 
-def test_elapsed_time_needs_a_profiling_queue(backend):
-    _, (d0, _) = backend
-    plain, timed = P.queue_create_impl((d0,), d0, False), P.queue_create_impl((d0,), d0, True)
-    program = P.load_binary_impl((d0,), d0, conformance_images()["kernels"])
-    noop = P.get_kernel_impl(d0, program, "noop")
-    a, b = (P.launch_impl(d0, plain, noop, (1, 1, 1), (1, 1, 1), ()) for _ in range(2))
-    with pytest.raises(UnsupportedError):
-        P.event_elapsed_impl(d0, a, b)
-    c, d = (P.launch_impl(d0, timed, noop, (1, 1, 1), (1, 1, 1), ()) for _ in range(2))
-    P.event_wait_impl(d0, d)
-    assert P.event_query_impl(d0, d) and P.event_elapsed_impl(d0, c, d) >= 0.0
-    for queue in (plain, timed):
-        P.queue_destroy_impl(d0, queue)
-    P.unload_binary_impl(d0, program)
+def test_borrowed_queues_are_not_destroyed(backend):
+    fake, (d0, _) = backend
+    native = P.native_handle_impl("queue", _queue(d0))
+    assert isinstance(native, int)
+    borrowed = P.queue_from_native_impl((d0,), d0, native, False)
+    P.enqueue_host_function_impl(d0, borrowed, lambda: None)
+    P.queue_synchronize_impl(d0, borrowed)
+    P.queue_destroy_impl(d0, borrowed)
+    assert fake.calls.get("hipStreamDestroy", 0) == 0
+    fake.hipStreamDestroy(native)
 
 
-def test_events_are_destroyed_when_collected_or_at_deinit(monkeypatch):
+def test_events_still_held_at_deinit_are_destroyed(monkeypatch):
     with fake_backend(monkeypatch) as (fake, (d0, _)):
-        queue = P.queue_create_impl((d0,), d0, False)
-        kept = P.enqueue_host_function_impl(d0, queue, lambda: None)
-        dropped = P.enqueue_host_function_impl(d0, queue, lambda: None)
+        queue = _queue(d0)
+        kept = P.event_record_impl(d0, queue)
         P.queue_synchronize_impl(d0, queue)
-        del dropped
-        gc.collect()
-        assert fake.calls["hipEventDestroy"] == 1
         P.queue_destroy_impl(d0, queue)
-    assert fake.calls["hipEventDestroy"] == 2 and kept is not None
+    assert fake.calls["hipEventDestroy"] == 1 and kept.destroyed
+    P.event_release_impl(d0, kept)  # released after deinit (a finaliser): nothing left to do
     assert fake.violations == []

@@ -14,8 +14,14 @@ What it models, and checks:
   kernel or global that is not in the image is ``hipErrorNotFound``, and globals start with the
   image's initial bytes.  Launches decode the packed kernarg buffer and run the emulations of
   :mod:`.kernels`.
-* Streams and events run asynchronously (:mod:`.streams`); ``hipLaunchHostFunc`` calls the real C
-  function pointer on the stream's worker thread.
+* Streams and events run asynchronously (:mod:`.streams`); ``hipStreamWaitEvent`` orders a stream
+  after an event of any device; ``hipLaunchHostFunc`` calls the real C function pointer on the
+  stream's worker thread, and a HIP call made from that thread is a violation (HIP forbids it).
+* Streams, events, modules and allocations belong to the device current on the calling thread
+  when they are made (device 0 on a thread that never called ``hipSetDevice``), so a hook that
+  forgets ``hipSetDevice`` fails here as it would on a GPU: an event recorded on a stream of
+  another device is ``hipErrorInvalidHandle``.  ``hipFree``, ``hipHostFree``, ``hipHostUnregister``
+  and ``hipModuleUnload`` wait for the device's streams first, as HIP does.
 * Teardown (:meth:`FakeHip.teardown`) reports every allocation, registration, module, stream and
   event still alive as a leak.
 
@@ -56,6 +62,9 @@ MEMORY_ENV = "PYOFFLOAD_AMDGPU_FAKE_MEMORY"
 FAKE_ARCH = "gfx90a:sramecc+:xnack-"
 _MAX_LDS = 65536
 _HOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_MEMCPY_DEFAULT = int(hipMemcpyKind.hipMemcpyDefault)
+_FROM_HOST = frozenset(map(int, (hipMemcpyKind.hipMemcpyHostToHost, hipMemcpyKind.hipMemcpyHostToDevice)))
+_TO_HOST = frozenset(map(int, (hipMemcpyKind.hipMemcpyHostToHost, hipMemcpyKind.hipMemcpyDeviceToHost)))
 
 E = hipError_t
 
@@ -82,6 +91,10 @@ class FakeFunction:
     def __init__(self, module: FakeModule, info: KernelInfo) -> None:
         self.module = module
         self.info = info
+        # Worked out once, as a GPU driver reads a kernel's descriptor once.
+        self.kernarg_size = info.kernarg_size
+        self.emulation = emulation.EMULATIONS.get(info.name)
+        self.mismatch = self.emulation is not None and info.signature not in (None, self.emulation[0])
 
     def __repr__(self) -> str:
         return f"<FakeFunction {self.info.name} of {self.module.label}>"
@@ -116,7 +129,9 @@ class FakeHip:
         self.torn_down = False
         self.lock = threading.RLock()
         self._local = threading.local()
+        self._callback = threading.local()  # .active while a host function's callback runs
         self._streams: list[FakeStream] = []
+        self._stream_addresses: dict[int, FakeStream] = {}
         self._events: list[FakeEvent] = []
         self._modules: list[FakeModule] = []
         self._registered: dict[int, Region] = {}  # host base -> alias region
@@ -151,6 +166,8 @@ class FakeHip:
         return E(fault.err)
 
     def _count(self, name: str) -> None:
+        if getattr(self._callback, "active", False):
+            self._violation(f"{name} called from a hipLaunchHostFunc callback (HIP forbids HIP calls there)")
         with self.lock:
             self.calls[name] = self.calls.get(name, 0) + 1
 
@@ -165,6 +182,12 @@ class FakeHip:
         """Resolve a stream argument; ``None``/0 is the null stream.  Raises Fault if dead."""
         if stream is None or (isinstance(stream, int) and stream == 0):
             return None
+        if isinstance(stream, int):  # an address, as hip-python accepts for any handle
+            with self.lock:
+                found = self._stream_addresses.get(stream)
+            if found is None:
+                raise Fault(E.hipErrorInvalidHandle, f"{what}: 0x{stream:x} is not a stream")
+            stream = found
         if not isinstance(stream, FakeStream):
             raise TypeError(f"{what}: expected a stream handle, got {type(stream).__name__}")
         if stream.destroyed:
@@ -214,6 +237,7 @@ class FakeHip:
         return (E.hipSuccess, self.device_count) if self.device_count else (E.hipErrorNoDevice, 0)
 
     def hipSetDevice(self, deviceId: int) -> tuple[E]:  # noqa: N803 - hip-python's names
+        self._count("hipSetDevice")
         if not 0 <= int(deviceId) < self.device_count:
             return (E.hipErrorInvalidDevice,)
         self._local.device = int(deviceId)
@@ -235,7 +259,8 @@ class FakeHip:
         props = hipDeviceProp_t(
             name="AMD Instinct MI210 (pyoffload fake)", gcnArchName=FAKE_ARCH,
             totalGlobalMem=self.memory_per_device, multiProcessorCount=104,
-            maxThreadsPerBlock=1024, sharedMemPerBlock=_MAX_LDS, warpSize=64, clockRate=1700000,
+            maxThreadsPerBlock=1024, maxThreadsDim=[1024, 1024, 1024], maxGridSize=[2147483647, 65536, 65536],
+            sharedMemPerBlock=_MAX_LDS, warpSize=64, clockRate=1700000,
             managedMemory=1, pciBusID=0x10 + int(deviceId), memoryPoolsSupported=1,
         )
         return (E.hipSuccess, props)
@@ -514,12 +539,12 @@ class FakeHip:
             region.freed and region.kind is Kind.ALIAS and region.base == region.host_address)
 
     def _copy_op(self, dst: Any, src: Any, size: int, kind: Any, what: str) -> Callable[[], None]:
-        kind = hipMemcpyKind(int(kind))
-        if kind is hipMemcpyKind.hipMemcpyDefault:
+        kind = int(kind)  # compared as ints: an enum lookup would be a Python call per copy
+        if kind == _MEMCPY_DEFAULT:
             dst_host, src_host = not self._is_device_side(dst), not self._is_device_side(src)
         else:
-            src_host = kind in (hipMemcpyKind.hipMemcpyHostToHost, hipMemcpyKind.hipMemcpyHostToDevice)
-            dst_host = kind in (hipMemcpyKind.hipMemcpyHostToHost, hipMemcpyKind.hipMemcpyDeviceToHost)
+            src_host = kind in _FROM_HOST
+            dst_host = kind in _TO_HOST
         # Validate now (HIP looks both pointers up at enqueue time) and again when it runs.
         self._side(dst, size, dst_host, what, True)
         self._side(src, size, src_host, what, False)
@@ -686,8 +711,9 @@ class FakeHip:
 
     # -- launches ---------------------------------------------------------------------------
 
-    def _kernarg(self, extra: Any, info: KernelInfo) -> bytes:
+    def _kernarg(self, extra: Any, f: FakeFunction) -> bytes:
         """Read the ``void*[5]`` extra array and the buffer it points to, as HIP does."""
+        info, kernarg_size = f.info, f.kernarg_size
         if not isinstance(extra, int):
             raise Fault(E.hipErrorInvalidValue,
                         "hipModuleLaunchKernel: the fake takes `extra` as the address of a void*[5]")
@@ -698,11 +724,11 @@ class FakeHip:
         if markers != expected:
             raise Fault(E.hipErrorInvalidValue, f"hipModuleLaunchKernel: bad extra markers {markers}")
         size = ctypes.c_size_t.from_address(words[3]).value
-        if size < info.kernarg_size:
+        if size < kernarg_size:
             raise Fault(E.hipErrorInvalidValue,
                         f"hipModuleLaunchKernel({info.name}): kernarg buffer of {size} bytes, "
-                        f"the kernel's explicit arguments need {info.kernarg_size}")
-        return ctypes.string_at(words[1], size) if size else b""
+                        f"the kernel's explicit arguments need {kernarg_size}")
+        return (ctypes.c_char * size).from_address(words[1]).raw if size else b""
 
     def hipModuleLaunchKernel(self, f: Any, gridDimX: int, gridDimY: int, gridDimZ: int,  # noqa: N803
                               blockDimX: int, blockDimY: int, blockDimZ: int, sharedMemBytes: int,
@@ -723,7 +749,7 @@ class FakeHip:
                             f"launch is on device {device}")
             if kernelParams is not None:
                 raise Fault(E.hipErrorInvalidValue, "hipModuleLaunchKernel: kernelParams and extra both given")
-            kernarg = self._kernarg(extra, info)
+            kernarg = self._kernarg(extra, f)
         except Fault as fault:
             return (self._fault(fault),)
         threads = block[0] * block[1] * block[2]
@@ -733,10 +759,10 @@ class FakeHip:
         if lds_size > _MAX_LDS:
             return (E.hipErrorInvalidValue,)
         args = emulation.decode(info, kernarg)
-        known = emulation.EMULATIONS.get(info.name)
-        signature = info.signature
-        if known is not None and signature is not None and signature != known[0]:
-            self._violation(f"{info.name}: image signature {signature} does not match the emulation's {known[0]}")
+        known = f.emulation
+        if f.mismatch:
+            self._violation(f"{info.name}: image signature {info.signature} does not match the emulation's "
+                            f"{known[0] if known else None}")
             known = None
         ctx = emulation.LaunchContext(self.space, device, self.peers, grid, block, bytearray(lds_size),
                                       module.globals, info.name)
@@ -764,7 +790,15 @@ class FakeHip:
             return (self._fault(fault),)
         callback = _HOST_FN(int(address))
         data = None if userData is None else int(userData)
-        self._submit(fake_stream, lambda: callback(data))
+
+        def run() -> None:
+            self._callback.active = True
+            try:
+                callback(data)
+            finally:
+                self._callback.active = False
+
+        self._submit(fake_stream, run)
         return (E.hipSuccess,)
 
     # -- streams and events -----------------------------------------------------------------
@@ -773,9 +807,11 @@ class FakeHip:
         self._count("hipStreamCreateWithFlags")
         if flags not in (self.hipStreamDefault, self.hipStreamNonBlocking):
             return (E.hipErrorInvalidValue, None)
-        stream = FakeStream(self.current, int(flags), self._violation_from_fault, self._label("stream"))
+        address = 0x7F00_0000_0000 + 0x100 * len(self._streams)
+        stream = FakeStream(self.current, int(flags), self._violation_from_fault, self._label("stream"), address)
         with self.lock:
             self._streams.append(stream)
+            self._stream_addresses[address] = stream
         return (E.hipSuccess, stream)
 
     def hipStreamCreate(self) -> tuple[E, Any]:
@@ -848,7 +884,19 @@ class FakeHip:
                             f"hipEventRecord: {fake.label} of device {fake.device} on a stream of device {device}")
         except Fault as fault:
             return (self._fault(fault),)
-        self._submit(fake_stream, fake.arm())
+        self._submit(fake_stream, fake.arm(fake_stream))
+        return (E.hipSuccess,)
+
+    def hipStreamWaitEvent(self, stream: Any, event: Any, flags: int) -> tuple[E]:
+        self._count("hipStreamWaitEvent")
+        try:
+            fake_stream = self._stream(stream, "hipStreamWaitEvent")
+            fake = self._event(event, "hipStreamWaitEvent")
+        except Fault as fault:
+            return (self._fault(fault),)
+        if flags != 0 or fake_stream is None:
+            return (E.hipErrorInvalidValue,)
+        self._submit(fake_stream, fake.completion().wait)  # streams of any device may wait
         return (E.hipSuccess,)
 
     def hipEventSynchronize(self, event: Any) -> tuple[E]:
@@ -858,7 +906,7 @@ class FakeHip:
         except Fault as fault:
             return (self._fault(fault),)
         fake.wait()
-        return (E.hipSuccess,)
+        return (E(fake.error) if fake.error else E.hipSuccess,)
 
     def hipEventQuery(self, event: Any) -> tuple[E]:
         self._count("hipEventQuery")
@@ -866,7 +914,9 @@ class FakeHip:
             fake = self._event(event, "hipEventQuery")
         except Fault as fault:
             return (self._fault(fault),)
-        return (E.hipSuccess if fake.complete() else E.hipErrorNotReady,)
+        if not fake.complete():
+            return (E.hipErrorNotReady,)
+        return (E(fake.error) if fake.error else E.hipSuccess,)
 
     def hipEventElapsedTime(self, start: Any, stop: Any) -> tuple[E, float]:
         self._count("hipEventElapsedTime")

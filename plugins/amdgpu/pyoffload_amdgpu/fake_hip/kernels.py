@@ -10,7 +10,6 @@ recorded in ``FakeHip.unknown_launches`` and does nothing.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
@@ -30,18 +29,21 @@ SLEEP_SPIN_SECONDS_PER_ITERATION = 40e-9  # s_sleep 1 is 64 clocks: ~40 ns at 1.
 SLEEP_SPIN_CAP_SECONDS = 2.0
 
 
-@dataclasses.dataclass
 class LaunchContext:
-    """What one emulated launch sees: its geometry, memory, LDS and module globals."""
+    """What one emulated launch sees: its geometry, memory, LDS and module globals.  A plain class:
+    a dataclass's generated ``__init__`` would count against the caller's frame budget."""
 
-    space: AddressSpace
-    device: int
-    peers: set[tuple[int, int]]
-    grid: tuple[int, int, int]
-    block: tuple[int, int, int]
-    lds: bytearray  # static + dynamic group segment of one work-group
-    globals: dict[str, tuple[int, int]]  # name -> (address, size)
-    kernel: str
+    def __init__(self, space: AddressSpace, device: int, peers: set[tuple[int, int]], grid: tuple[int, int, int],
+                 block: tuple[int, int, int], lds: bytearray, globals_: dict[str, tuple[int, int]],
+                 kernel: str) -> None:
+        self.space = space
+        self.device = device
+        self.peers = peers
+        self.grid = grid
+        self.block = block
+        self.lds = lds  # static + dynamic group segment of one work-group
+        self.globals = globals_  # name -> (address, size)
+        self.kernel = kernel
 
     @property
     def global_size_x(self) -> int:

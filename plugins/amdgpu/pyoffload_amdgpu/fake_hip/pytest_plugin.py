@@ -29,8 +29,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if not _active() or not FakeHip.instances:
         return
     import pyoffload
+    from pyoffload import runtime
 
-    pyoffload.shutdown()  # runs the plugin's deinit_impl, which tears the fake down
+    if runtime.active() is not None:  # pyoffload.testing may have shut it down already
+        pyoffload.shutdown()  # runs the plugin's deinit_impl, which tears the fake down
     for fake in FakeHip.instances:
         if not fake.torn_down:
             fake.teardown()
