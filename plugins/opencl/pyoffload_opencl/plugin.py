@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import operator
 import re
+import threading
 from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import Any
@@ -391,6 +392,36 @@ def queue_query_impl(device: OclDevice, queue: OclQueue) -> bool:
         return True
     queue.cl_queue.flush()  # make sure pending commands get to the device
     return False
+
+
+@hookimpl
+def enqueue_host_function_impl(device: OclDevice, queue: OclQueue, fn: Callable[[], None]) -> bool:
+    """A marker (earlier work done), a user event (the function) and a barrier on it that holds
+    later work back; a thread of ours waits for the marker, runs ``fn`` and completes the user
+    event.  ``fn`` never runs on a driver callback thread, so it may call OpenCL itself."""
+    import pyopencl as cl
+
+    with driver_call("enqueueing a host function"):
+        user = cl.UserEvent(queue.context.cl_context)
+        before = cl._cl._enqueue_marker_with_wait_list(queue.cl_queue, None)
+        try:
+            queue.last = cl._cl._enqueue_barrier_with_wait_list(queue.cl_queue, [user])
+        except BaseException:
+            user.set_status(cl.command_execution_status.COMPLETE)
+            raise
+
+    def run() -> None:
+        try:
+            before.wait()
+        except cl.Error:
+            pass  # the queue's waits report failed earlier work; in order, the function still runs
+        try:
+            fn()
+        finally:
+            user.set_status(cl.command_execution_status.COMPLETE)
+
+    threading.Thread(target=run, name="pyoffload-opencl-host-function", daemon=True).start()
+    return True
 
 
 @hookimpl
