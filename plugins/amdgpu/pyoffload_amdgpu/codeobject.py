@@ -1,17 +1,11 @@
 """Reading AMDGPU code objects: format detection, kernels, globals and kernel-argument metadata.
 
-Everything here works on the image bytes alone, before (and without) any driver call, so that an
-image that is not an AMDGPU code object is rejected as ``INVALID_BINARY`` without touching HIP,
-and so that the fake driver can "load" a module exactly from what the real loader would see.
-
-An AMDGPU code object is an ELF shared object with ``e_machine == EM_AMDGPU`` (224).  Its kernels
-are ``STT_FUNC`` symbols with a kernel descriptor ``<name>.kd`` (``STT_OBJECT``, 64 bytes) beside
-them; its globals are the other ``STT_OBJECT`` symbols of the dynamic symbol table.  The
-``NT_AMDGPU_METADATA`` note (a MessagePack map, code object v3 and later) describes each kernel's
-explicit and hidden arguments with their kernarg offsets.
-
-Clang offload bundles (``__CLANG_OFFLOAD_BUNDLE__``, what ``hipcc --genco`` or ``-fgpu-rdc``
-produce) are unwrapped to their amdgcn entry.
+Everything works on the image bytes alone, before any driver call: anything else is rejected as
+``INVALID_BINARY`` without touching HIP, and the fake driver "loads" exactly what HIP would see.
+A code object is an ELF with ``e_machine == EM_AMDGPU`` (224): kernels are ``STT_FUNC`` symbols
+with a ``<name>.kd`` descriptor beside them, globals the other ``STT_OBJECT`` dynamic symbols, and
+the ``NT_AMDGPU_METADATA`` note (MessagePack) describes each kernel's arguments and resources.
+Clang offload bundles (``hipcc --genco``) are unwrapped to their amdgcn entry.
 """
 
 from __future__ import annotations
@@ -115,14 +109,8 @@ def arch_name(gcn_arch: str) -> str:
 
 def is_amdgpu_elf(image: bytes | memoryview) -> bool:
     """True if the bytes start like a 64-bit little-endian ELF for EM_AMDGPU."""
-    head = bytes(image[:20])
-    return (
-        len(head) == 20
-        and head[:4] == ELF_MAGIC
-        and head[4] == 2  # ELFCLASS64
-        and head[5] == 1  # little endian
-        and struct.unpack_from("<H", head, 18)[0] == EM_AMDGPU
-    )
+    head = bytes(image[:20])  # ELFCLASS64 (2), little endian (1), e_machine
+    return len(head) == 20 and head[:6] == ELF_MAGIC + b"\x02\x01" and struct.unpack_from("<H", head, 18)[0] == EM_AMDGPU
 
 
 def unwrap(image: bytes, arch: str = "") -> bytes:
@@ -136,20 +124,14 @@ def unwrap(image: bytes, arch: str = "") -> bytes:
     if image[: len(BUNDLE_MAGIC)] == BUNDLE_MAGIC:
         return _bundle_entry(image, arch)
     if image[:4] == COMPRESSED_BUNDLE_MAGIC:
-        raise InvalidBinaryError(
-            "compressed clang offload bundles are not supported; "
-            "unbundle with clang-offload-bundler or build without --offload-compress"
-        )
+        raise InvalidBinaryError("compressed clang offload bundles are not supported; "
+                                 "unbundle with clang-offload-bundler or build without --offload-compress")
     if image[:4] == ELF_MAGIC:
         machine = struct.unpack_from("<H", image, 18)[0] if len(image) >= 20 else -1
-        raise InvalidBinaryError(
-            f"ELF image for e_machine {machine}, expected an AMDGPU code object "
-            f"(e_machine {EM_AMDGPU})"
-        )
-    raise InvalidBinaryError(
-        "not an AMDGPU code object: expected an ELF with e_machine EM_AMDGPU (224) "
-        "or a clang offload bundle"
-    )
+        raise InvalidBinaryError(f"ELF image for e_machine {machine}, expected an AMDGPU code object "
+                                 f"(e_machine {EM_AMDGPU})")
+    raise InvalidBinaryError("not an AMDGPU code object: expected an ELF with e_machine EM_AMDGPU (224) "
+                             "or a clang offload bundle")
 
 
 def _bundle_entry(image: bytes, arch: str) -> bytes:
@@ -190,12 +172,7 @@ def parse(image: bytes, arch: str = "") -> CodeObject:
         kernels = _kernels(elf, metadata)
     except (ELFError, struct.error, ValueError, KeyError, TypeError) as exc:
         raise InvalidBinaryError(f"malformed AMDGPU code object: {exc}") from exc
-    return CodeObject(
-        image=elf_bytes,
-        target=str(metadata.get("amdhsa.target", "")),
-        kernels=kernels,
-        globals=globals_,
-    )
+    return CodeObject(elf_bytes, str(metadata.get("amdhsa.target", "")), kernels, globals_)
 
 
 def _metadata(elf: ELFFile) -> dict[str, Any]:
@@ -222,33 +199,17 @@ def _dynamic_symbols(elf: ELFFile) -> Sequence[Any]:
 
 def _kernels(elf: ELFFile, metadata: Mapping[str, Any]) -> dict[str, KernelInfo]:
     symbols = _dynamic_symbols(elf)
-    descriptors = {
-        s.name[:-3] for s in symbols if s.name.endswith(".kd") and s["st_info"]["type"] == "STT_OBJECT"
-    }
+    descriptors = {s.name[:-3] for s in symbols if s.name.endswith(".kd") and s["st_info"]["type"] == "STT_OBJECT"}
     kernels: dict[str, KernelInfo] = {}
     for entry in metadata.get("amdhsa.kernels", []):
-        args = tuple(
-            KernelArg(
-                offset=int(a[".offset"]),
-                size=int(a[".size"]),
-                value_kind=str(a[".value_kind"]),
-                type_name=str(a.get(".type_name", "")),
-                pointee_align=int(a.get(".pointee_align", 0)),
-            )
-            for a in entry.get(".args", [])
-            if not str(a[".value_kind"]).startswith("hidden_")
-        )
+        args = tuple(KernelArg(int(a[".offset"]), int(a[".size"]), str(a[".value_kind"]), str(a.get(".type_name", "")),
+                               int(a.get(".pointee_align", 0)))
+                     for a in entry.get(".args", []) if not str(a[".value_kind"]).startswith("hidden_"))
         name = str(entry[".name"])
         kernels[name] = KernelInfo(
-            name, args,
-            group_segment_size=int(entry.get(".group_segment_fixed_size", 0)),
-            max_flat_workgroup_size=int(entry.get(".max_flat_workgroup_size", 1024)),
-            private_segment_size=int(entry.get(".private_segment_fixed_size", 0)),
-            sgpr_count=int(entry.get(".sgpr_count", 0)),
-            vgpr_count=int(entry.get(".vgpr_count", 0)),
-            wavefront_size=int(entry.get(".wavefront_size", 64)),
-            kind=str(entry.get(".kind", "normal")),
-        )
+            name, args, int(entry.get(".group_segment_fixed_size", 0)), int(entry.get(".max_flat_workgroup_size", 1024)),
+            int(entry.get(".private_segment_fixed_size", 0)), int(entry.get(".sgpr_count", 0)),
+            int(entry.get(".vgpr_count", 0)), int(entry.get(".wavefront_size", 64)), str(entry.get(".kind", "normal")))
     # Code objects without metadata still name their kernels through descriptors.
     for name in descriptors - kernels.keys():
         kernels[name] = KernelInfo(name, (), described=False)

@@ -1,16 +1,8 @@
-"""Building the conformance suite's programs as real amdgcn code objects.
-
-The OpenCL C sources live in ``conformance_src/``.  They are compiled at run time with clang and
-linked with lld into code objects for the device's processor::
-
-    clang -x cl -cl-std=CL2.0 -target amdgcn-amd-amdhsa -mcpu=<arch> -nogpulib -O2 -c k.cl -o k.o
-    ld.lld -shared k.o -o k.hsaco
-
-``-nogpulib`` because no ROCm device library is needed: the kernels use only clang's
-``__builtin_amdgcn_*`` work-item builtins.  Results are cached per process and processor.
-``PYOFFLOAD_AMDGPU_CLANG`` / ``PYOFFLOAD_AMDGPU_LLD`` name the tools explicitly; otherwise the
-newest versioned ``clang-N`` / ``ld.lld-N`` on ``PATH`` is used (ROCm's own clang under
-``/opt/rocm/llvm/bin`` also works).
+"""Building the conformance suite's programs (OpenCL C in ``conformance_src/``) as real amdgcn code
+objects for the device's processor, once per process: clang (``-nogpulib``: the kernels use only
+``__builtin_amdgcn_*`` builtins, no ROCm device library) then ``ld.lld -shared``.
+``PYOFFLOAD_AMDGPU_CLANG`` / ``PYOFFLOAD_AMDGPU_LLD`` name the tools; otherwise the newest
+``clang-N`` / ``ld.lld-N`` on ``PATH`` or ROCm's under ``/opt/rocm/llvm/bin``.
 """
 
 from __future__ import annotations
@@ -35,11 +27,8 @@ def _find(env: str, base: str) -> str | None:
     explicit = os.environ.get(env)
     if explicit:
         return shutil.which(explicit) or (explicit if Path(explicit).is_file() else None)
-    for name in [f"{base}-{v}" for v in _VERSIONS] + [base, f"/opt/rocm/llvm/bin/{base}"]:
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
+    names = [f"{base}-{v}" for v in _VERSIONS] + [base, f"/opt/rocm/llvm/bin/{base}"]
+    return next(filter(None, map(shutil.which, names)), None)
 
 
 def toolchain() -> tuple[str, str] | None:
@@ -61,12 +50,8 @@ def build(cl_source: str, arch: str, tools: tuple[str, str] | None = None) -> by
     with tempfile.TemporaryDirectory(prefix="pyoffload-amdgpu-") as tmp:
         src, obj, out = Path(tmp, "k.cl"), Path(tmp, "k.o"), Path(tmp, "k.hsaco")
         src.write_text(cl_source)
-        steps = [
-            [clang, "-x", "cl", "-cl-std=CL2.0", "-target", "amdgcn-amd-amdhsa", f"-mcpu={arch}",
-             "-nogpulib", "-O2", "-c", str(src), "-o", str(obj)],
-            [lld, "-shared", str(obj), "-o", str(out)],
-        ]
-        for argv in steps:
+        for argv in ([clang, "-x", "cl", "-cl-std=CL2.0", "-target", "amdgcn-amd-amdhsa", f"-mcpu={arch}",
+                      "-nogpulib", "-O2", "-c", str(src), "-o", str(obj)], [lld, "-shared", str(obj), "-o", str(out)]):
             proc = subprocess.run(argv, capture_output=True, text=True, check=False)
             if proc.returncode != 0:
                 log = f"$ {' '.join(argv)}\n{proc.stdout}{proc.stderr}"

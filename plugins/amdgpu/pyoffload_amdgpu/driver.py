@@ -1,12 +1,8 @@
 """Choosing the HIP binding (hip-python or the fake) and turning HIP error codes into pyoffload errors.
 
-hip-python returns every result as a tuple whose first element is a ``hipError_t``::
-
-    err, ptr = hip.hipMalloc(1024)
-    (err,) = hip.hipFree(ptr)
-
-:func:`call` runs one such function, raises the matching :class:`pyoffload.OffloadError`
-subclass when ``err`` is not ``hipSuccess``, and returns the remaining values.
+hip-python returns every result as a tuple whose first element is a ``hipError_t``
+(``err, ptr = hip.hipMalloc(1024)``); :func:`call` raises the matching ``OffloadError`` subclass
+when ``err`` is not ``hipSuccess`` and returns the remaining values.
 """
 
 from __future__ import annotations
@@ -17,32 +13,18 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from pyoffload.backend import (
-    BackendError,
-    InvalidArgumentError,
-    InvalidBinaryError,
-    NoDevicesError,
-    NotFoundError,
-    OffloadError,
-    OutOfResourcesError,
-    UnsupportedError,
-)
+from pyoffload.backend import (BackendError, InvalidArgumentError, InvalidBinaryError, NoDevicesError, NotFoundError,
+                               OffloadError, OutOfResourcesError, UnsupportedError)
 
 DRIVER_ENV = "PYOFFLOAD_AMDGPU_DRIVER"
 """``hip`` (default): hip-python's ``hip.hip``.  ``fake``: the in-package fake driver."""
 
 _ERROR_CLASSES: dict[str, type[OffloadError]] = {
-    "hipErrorOutOfMemory": OutOfResourcesError,
-    "hipErrorMemoryAllocation": OutOfResourcesError,
-    "hipErrorLaunchOutOfResources": OutOfResourcesError,
-    "hipErrorNotFound": NotFoundError,
-    "hipErrorInvalidSymbol": NotFoundError,
-    "hipErrorSharedObjectSymbolNotFound": NotFoundError,
-    "hipErrorInvalidImage": InvalidBinaryError,
-    "hipErrorInvalidKernelFile": InvalidBinaryError,
-    "hipErrorNoBinaryForGpu": InvalidBinaryError,
-    "hipErrorNotSupported": UnsupportedError,
-    "hipErrorPeerAccessUnsupported": UnsupportedError,
+    **dict.fromkeys(("hipErrorOutOfMemory", "hipErrorMemoryAllocation", "hipErrorLaunchOutOfResources"),
+                    OutOfResourcesError),
+    **dict.fromkeys(("hipErrorNotFound", "hipErrorInvalidSymbol", "hipErrorSharedObjectSymbolNotFound"), NotFoundError),
+    **dict.fromkeys(("hipErrorInvalidImage", "hipErrorInvalidKernelFile", "hipErrorNoBinaryForGpu"), InvalidBinaryError),
+    **dict.fromkeys(("hipErrorNotSupported", "hipErrorPeerAccessUnsupported"), UnsupportedError),
     "hipErrorInvalidDevicePointer": InvalidArgumentError,
 }
 

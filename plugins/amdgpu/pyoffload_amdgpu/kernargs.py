@@ -6,16 +6,12 @@ HIP's ``extra`` launch parameter is a ``void*[5]`` array::
       HIP_LAUNCH_PARAM_BUFFER_SIZE,    <size_t* size>,
       HIP_LAUNCH_PARAM_END }
 
-The buffer holds the explicit arguments at the offsets the code object's metadata gives (without
-metadata, C-struct natural alignment, which is what the AMDGPU ABI uses); the runtime appends the
-hidden arguments itself.  A ``local`` (dynamic LDS) argument is a 32-bit LDS address: dynamic
-group memory starts after the kernel's static group segment, each local argument aligned after the
-previous one, and ``sharedMemBytes`` is their total, as ROCclr computes for
-``dynamic_shared_pointer`` arguments.
-
-Everything that depends only on the kernel and the argument kinds (offsets, the ``struct`` format,
-the ``extra`` markers) is worked out once per signature by :func:`packer`; a launch copies a
-template frame and writes the values into it with one ``struct.pack_into``.
+The buffer holds the explicit arguments at the metadata's offsets (without metadata, C-struct
+natural alignment, as the AMDGPU ABI); the runtime appends the hidden ones.  A ``local`` argument
+is a 32-bit LDS address: dynamic LDS starts after the static group segment, each local argument
+aligned after the previous one, ``sharedMemBytes`` their total (as ROCclr computes it).
+:func:`packer` works out the layout once per signature; a launch copies a template frame and
+writes the values with one ``struct.pack_into``.
 """
 
 from __future__ import annotations

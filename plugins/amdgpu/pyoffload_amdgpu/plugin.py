@@ -5,42 +5,58 @@ Importing this module never touches HIP: the binding is loaded in :func:`init_im
 (``libamdhip64.so``) or a GPU is missing.  ``PYOFFLOAD_AMDGPU_DRIVER=fake`` swaps in the fake
 driver of :mod:`pyoffload_amdgpu.fake_hip`, which runs the same code paths without a GPU.
 
-HIP keeps a *current device* per host thread and allocates, loads modules and creates streams and
-events on it, so the hooks that create something first make their device current
-(``hipSetDevice``, a thread-local store).  Work on a stream runs on the stream's device whatever
-the calling thread's current device is, so the enqueue hooks need no ``hipSetDevice``.
+HIP allocates, loads modules and creates streams and events on the calling thread's *current
+device*, so the hooks that create something first call ``hipSetDevice`` (a thread-local store);
+work on a stream runs on the stream's device, so the enqueue hooks need none.
 """
 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import itertools
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pyoffload.backend import (
-    HOOK_API,
-    AllocKind,
-    BackendError,
-    DeviceDesc,
-    DeviceType,
-    InitFini,
-    MemAdvice,
-    MemoryConnection,
-    NoDevicesError,
-    PlatformDesc,
-    SymbolDesc,
-    SymbolKind,
-    UnsupportedError,
-    hookimpl,
-)
+from pyoffload.backend import (HOOK_API, AllocKind, BackendError, DeviceDesc, DeviceType, InitFini, MemAdvice,
+                               MemoryConnection, NoDevicesError, PlatformDesc, SymbolDesc, SymbolKind,
+                               UnsupportedError, hookimpl)
 
 from . import codeobject, conformance, driver, kernargs
 from .driver import call
-from .handles import HipDevice, HipKernel, HipProgram, HipQueue
 
 __all__ = ["HOOK_API"]
+
+# The backend's handles: plain records compared by identity.  Event handles are the hipEvent_t.
+
+
+@dataclasses.dataclass(eq=False)
+class HipDevice:
+    ordinal: int
+    name: str
+    arch: str  # e.g. "gfx90a", without target features
+    info: dict[str, Any]  # device_info_impl's answer
+    memory_pools: bool  # hipMallocAsync is available
+
+
+@dataclasses.dataclass(eq=False)
+class HipQueue:
+    stream: Any  # hipStream_t, or the int address a borrowed queue was made from
+    profiling: bool
+    borrowed: bool = False  # made by queue_from_native_impl: the owner destroys the stream
+
+
+@dataclasses.dataclass(eq=False)
+class HipProgram:
+    module: Any
+    code: codeobject.CodeObject
+
+
+@dataclasses.dataclass(eq=False)
+class HipKernel:
+    function: Any
+    info: codeobject.KernelInfo
 
 
 class _State:
@@ -75,24 +91,17 @@ def _query_device(hip: Any, ordinal: int, driver_version: int, runtime_version: 
     props = call(hip, hip.hipGetDeviceProperties, ordinal)
     gcn_arch_name = str(props.gcnArchName) or "unknown"
     arch = codeobject.arch_name(gcn_arch_name)
-    managed = bool(props.managedMemory)
     info = {
-        "driver_version": str(driver_version),
-        "compute_units": int(props.multiProcessorCount),
+        "driver_version": str(driver_version), "compute_units": int(props.multiProcessorCount),
         "max_work_group_size": int(props.maxThreadsPerBlock),
         "max_work_item_sizes": tuple(int(v) for v in props.maxThreadsDim),
         "max_grid_size": tuple(int(v) for v in props.maxGridSize),
-        "global_memory_bytes": int(props.totalGlobalMem),
-        "local_memory_bytes": int(props.sharedMemPerBlock),
+        "global_memory_bytes": int(props.totalGlobalMem), "local_memory_bytes": int(props.sharedMemPerBlock),
         "max_alloc_bytes": int(props.totalGlobalMem),  # HIP has no smaller per-allocation limit
-        "clock_mhz": int(props.clockRate) // 1000,
-        "sub_group_size": int(props.warpSize),
-        "address_bits": 64,
-        "memory_kinds": ("DEVICE", "HOST", "MANAGED") if managed else ("DEVICE", "HOST"),
-        "amdgpu.architecture": arch,
-        "amdgpu.gcn_arch_name": gcn_arch_name,
-        "amdgpu.runtime_version": int(runtime_version),
-        "amdgpu.pci_bus_id": int(props.pciBusID),
+        "clock_mhz": int(props.clockRate) // 1000, "sub_group_size": int(props.warpSize), "address_bits": 64,
+        "memory_kinds": ("DEVICE", "HOST", "MANAGED") if props.managedMemory else ("DEVICE", "HOST"),
+        "amdgpu.architecture": arch, "amdgpu.gcn_arch_name": gcn_arch_name,
+        "amdgpu.runtime_version": int(runtime_version), "amdgpu.pci_bus_id": int(props.pciBusID),
         "amdgpu.ordinal": ordinal,
     }
     name = str(props.name) or f"AMD GPU {ordinal}"
@@ -190,14 +199,9 @@ def data_free_async_impl(context: Any, device: HipDevice | None, queue: HipQueue
     with _state.lock:
         if ptr not in _state.async_allocations:
             return None
+    call(_state.hip, _state.hip.hipFreeAsync, ptr, queue.stream)
+    with _state.lock:
         _state.async_allocations.discard(ptr)
-    hip = _state.hip
-    try:
-        call(hip, hip.hipFreeAsync, ptr, queue.stream)
-    except BaseException:
-        with _state.lock:
-            _state.async_allocations.add(ptr)
-        raise
     return True
 
 
@@ -270,14 +274,8 @@ def data_prefetch_impl(device: HipDevice, queue: HipQueue, ptr: int, size: int, 
     call(hip, hip.hipMemPrefetchAsync, ptr, size, target, queue.stream)
 
 
-_ADVICE = {
-    MemAdvice.SET_READ_MOSTLY: "hipMemAdviseSetReadMostly",
-    MemAdvice.UNSET_READ_MOSTLY: "hipMemAdviseUnsetReadMostly",
-    MemAdvice.SET_PREFERRED_LOCATION: "hipMemAdviseSetPreferredLocation",
-    MemAdvice.UNSET_PREFERRED_LOCATION: "hipMemAdviseUnsetPreferredLocation",
-    MemAdvice.SET_ACCESSED_BY: "hipMemAdviseSetAccessedBy",
-    MemAdvice.UNSET_ACCESSED_BY: "hipMemAdviseUnsetAccessedBy",
-}
+# SET_READ_MOSTLY -> hipMemAdviseSetReadMostly, and so on for every MemAdvice.
+_ADVICE = {a: "hipMemAdvise" + a.name.title().replace("_", "") for a in MemAdvice}
 
 
 @hookimpl
@@ -315,7 +313,7 @@ def memory_connection_impl(context_a: Any, device_a: HipDevice | None, context_b
 def load_binary_impl(context: Any, device: HipDevice, image: bytes) -> HipProgram:
     code = codeobject.parse(image, device.arch)  # InvalidBinaryError before any driver call
     hip = _use(device)
-    return HipProgram(device, call(hip, hip.hipModuleLoadData, code.image), code)
+    return HipProgram(call(hip, hip.hipModuleLoadData, code.image), code)
 
 
 @hookimpl
@@ -342,7 +340,7 @@ def get_symbols_impl(device: HipDevice, program: HipProgram) -> Sequence[SymbolD
 def get_kernel_impl(device: HipDevice, program: HipProgram, name: str) -> HipKernel:
     hip = _hip()
     function = call(hip, hip.hipModuleGetFunction, program.module, name, what=f"hipModuleGetFunction({name!r})")
-    return HipKernel(program, function, program.code.kernels[name])
+    return HipKernel(function, program.code.kernels[name])
 
 
 @hookimpl
@@ -415,12 +413,12 @@ def launch_prepare_impl(device: HipDevice, queue: HipQueue, kernel: HipKernel, g
 def queue_create_impl(context: Any, device: HipDevice, profiling: bool) -> HipQueue:
     hip = _use(device)
     # Non-blocking: a queue must not serialise with the legacy null stream of other libraries.
-    return HipQueue(device, call(hip, hip.hipStreamCreateWithFlags, hip.hipStreamNonBlocking), profiling)
+    return HipQueue(call(hip, hip.hipStreamCreateWithFlags, hip.hipStreamNonBlocking), profiling)
 
 
 @hookimpl
 def queue_from_native_impl(context: Any, device: HipDevice, native: Any, profiling: bool) -> HipQueue:
-    return HipQueue(device, native, profiling, borrowed=True)
+    return HipQueue(native, profiling, borrowed=True)
 
 
 @hookimpl
@@ -485,9 +483,6 @@ def queue_wait_events_impl(device: HipDevice, queue: HipQueue, events: Sequence[
     for event in events:  # HIP events order streams of any device of the process
         call(hip, hip.hipStreamWaitEvent, queue.stream, event, 0)
     return True
-
-
-# Event handles are the hipEvent_t themselves.
 
 
 @hookimpl

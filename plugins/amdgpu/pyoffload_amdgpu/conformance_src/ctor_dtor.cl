@@ -1,8 +1,5 @@
-// The conformance suite's "ctor_dtor" program.  The constructor and destructor are ordinary
-// OpenCL C functions marked constructor/destructor: LLVM's AMDGPU back end (the
-// AMDGPUCtorDtorLowering pass) gathers llvm.global_ctors / llvm.global_dtors into the kernels
-// "amdgcn.device.init" and "amdgcn.device.fini", the entry points every LLVM offload runtime
-// launches after load and before unload.
+// The conformance suite's "ctor_dtor" program.  LLVM's AMDGPUCtorDtorLowering pass gathers the
+// constructor and destructor into the kernels "amdgcn.device.init" / "amdgcn.device.fini".
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -11,8 +8,7 @@ EXPORT global int ctor_runs = 0;
 EXPORT global int *global dtor_out = 0;
 
 __attribute__((constructor)) void conformance_ctor(void) {
-  // The volatile access keeps LLVM's GlobalOpt from evaluating the constructor at compile time
-  // (it would fold it into the initialisers and drop amdgcn.device.init altogether).
+  // Volatile: otherwise GlobalOpt folds the constructor into the initialisers (no init kernel).
   volatile global int *runs = &ctor_runs;
   ctor_value = 42;
   *runs = *runs + 1;

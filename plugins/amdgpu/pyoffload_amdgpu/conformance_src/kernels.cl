@@ -1,9 +1,6 @@
-// The conformance suite's "kernels" program (see conformance_images_impl in pyoffload.hookspecs).
-// OpenCL C 2.0 for amdgcn-amd-amdhsa, built with -nogpulib: only clang's __builtin_amdgcn_*
-// work-item builtins are used, because no ROCm device library is linked.
+// The conformance suite's "kernels" program; -nogpulib: only clang's __builtin_amdgcn_* builtins.
 
-// Globals need default visibility to appear in the dynamic symbol table, which is where
-// hipModuleGetGlobal (and the fake driver) find them.
+// Default visibility puts globals in the dynamic symbol table, where hipModuleGetGlobal looks.
 #define EXPORT __attribute__((visibility("default")))
 // Without this attribute the backend assumes at most 256 work-items per group.
 #define KERNEL kernel __attribute__((amdgpu_flat_work_group_size(1, 1024)))
