@@ -47,10 +47,10 @@ def test_copy_across_backends(cross_pair):
 
 
 def test_staged_copy_larger_than_staging_chunk(cross_pair, monkeypatch):
-    from pyoffload import memory
+    from pyoffload import transfer
 
     dev, host = cross_pair
-    monkeypatch.setattr(memory, "STAGING_CHUNK", 4096)
+    monkeypatch.setattr(transfer, "STAGING_CHUNK", 4096)
     data = np.arange(10_000, dtype=np.int32)
     src, dst = dev.alloc(data.nbytes), dev.alloc(data.nbytes)
     pyoffload.memcpy(src, data)
