@@ -220,7 +220,7 @@ class Program:
             return storage[-1]
 
         self.namespace: dict[str, Any] = {"np": np, "mem": mem, "kernel": kernel, "constructor": constructor,
-                     "destructor": destructor, "global_var": global_var}
+                                          "destructor": destructor, "global_var": global_var}
         try:
             # dont_inherit: this module's "from __future__ import annotations" must not reach the image
             exec(compile(source, "<image>", "exec", dont_inherit=True), self.namespace)
