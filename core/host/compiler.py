@@ -14,13 +14,36 @@ from ..errors import CompileError, Errc, OffloadError
 DEFAULT_FLAGS = ("-shared", "-fPIC", "-g", "-O2")
 
 
+def find_cc() -> str | None:
+    """The C compiler builds use: ``$CC``, else ``cc``, ``gcc`` or ``clang`` on ``PATH``."""
+    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+
+
+def compiler_id() -> str | None:
+    """The compiler's resolved path and version line (the build cache's key); ``None`` without one."""
+    compiler = find_cc()
+    if not compiler:
+        return None
+    return _identify(shutil.which(compiler) or compiler)
+
+
+@functools.cache
+def _identify(path: str) -> str:
+    try:
+        proc = subprocess.run([path, "--version"], capture_output=True, text=True)
+    except OSError:
+        return path
+    lines = proc.stdout.splitlines()
+    return f"{os.path.realpath(path)} {lines[0] if lines else ''}".strip()
+
+
 def compile_c(source: str, flags: tuple[str, ...] = DEFAULT_FLAGS, cc: str | None = None) -> bytes:
     """Compile C ``source`` into a shared object and return its bytes.
 
     ``-g`` (on by default) keeps DWARF, from which the host backend reads kernel signatures and
     checks launch arguments.  A compiler error raises ``CompileError`` with the compiler's output.
     """
-    compiler = cc or os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    compiler = cc or find_cc()
     if not compiler:
         raise OffloadError("no C compiler found (set CC or install cc)", Errc.HOST_TOOL_NOT_FOUND)
     with tempfile.TemporaryDirectory(prefix="pyoffload-cc-") as tmp:

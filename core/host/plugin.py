@@ -218,6 +218,21 @@ def get_global_impl(device: Any, program: HostProgram, name: str) -> tuple[int, 
     return ctypes.addressof(ctypes.c_char.in_dll(program.lib, name)), sym.size
 
 
+@hookimpl
+def compile_impl(device: Any, source: str, options: tuple[str, ...]) -> bytes:
+    from .compiler import DEFAULT_FLAGS, compile_c
+
+    return compile_c(source, DEFAULT_FLAGS + tuple(options))  # the caller's options come last
+
+
+@hookimpl
+def compiler_id_impl(device: Any) -> str | None:
+    from .compiler import compiler_id
+
+    ident = compiler_id()
+    return None if ident is None else f"{ident} ({_platform.machine()})"
+
+
 # -- launches -----------------------------------------------------------------------------
 
 _CTYPES = {
