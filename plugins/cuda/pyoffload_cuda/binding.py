@@ -10,9 +10,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Iterator
 from typing import Any
 
 from pyoffload.backend import (
@@ -53,15 +51,11 @@ def load_driver() -> Any:
 
 
 # Substrings of cuGetErrorString() texts (pycuda formats errors as "<call> failed: <text>").
-_NOT_FOUND = ("named symbol not found", "not found")
-_INVALID_IMAGE = (
-    "device kernel image is invalid",
-    "no kernel image is available",
-    "unsupported toolchain",
-    "invalid source",
-)
-_PTX_COMPILE = ("ptx jit compilation failed", "a ptx jit compilation failed")
-_UNSUPPORTED = ("operation not supported", "not supported", "peer access is not supported")
+_NOT_FOUND = ("not found",)
+_INVALID_IMAGE = ("device kernel image is invalid", "no kernel image is available", "unsupported toolchain",
+                  "invalid source")
+_PTX_COMPILE = ("ptx jit compilation failed",)
+_UNSUPPORTED = ("not supported",)
 
 
 def translate(cuda: Any, exc: BaseException, what: str) -> OffloadError:
@@ -82,13 +76,3 @@ def translate(cuda: Any, exc: BaseException, what: str) -> OffloadError:
         return InvalidArgumentError(message)
     return BackendError(message)
 
-
-@contextlib.contextmanager
-def errors(cuda: Any, what: str) -> Iterator[None]:
-    """Turn the binding's exceptions raised inside the block into pyoffload errors."""
-    try:
-        yield
-    except OffloadError:
-        raise
-    except cuda.Error as exc:
-        raise translate(cuda, exc, what) from exc

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pyoffload_cuda import conformance
+from pyoffload_cuda import nvcc as conformance
 
 
 @pytest.fixture(scope="session")
@@ -51,5 +51,5 @@ def driver(fake_runtime):
     """The fake driver behind ``fake_runtime``."""
     from pyoffload_cuda import plugin
 
-    assert plugin._state is not None
-    return plugin._state.cuda
+    assert plugin._devices
+    return plugin._devices[0].cuda

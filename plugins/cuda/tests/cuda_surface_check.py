@@ -123,6 +123,9 @@ def check(drv: Any) -> list[str]:
                 problems.append(f"missing {cname}.{mname}")
                 continue
             problems += [p for n, kw in calls if (p := call_ok(fn, n, kw, True, f"{cname}.{mname}"))]
+    for cname, props in surface.PROPERTIES.items():
+        cls = getattr(drv, cname, None)
+        problems += [f"missing property {cname}.{p}" for p in props if not isinstance(getattr(cls, p, None), property)]
     for group, names in surface.CONSTANTS.items():
         holder = getattr(drv, group, None)
         problems += [f"missing constant {group}.{n}" for n in names if not hasattr(holder, n)]
@@ -160,7 +163,7 @@ if __name__ == "__main__":
         call_ok(cuda.memcpy_htod, 5, (), False, "memcpy_htod"),
         call_ok(cuda.Module.get_function, 0, (), True, "Module.get_function"),
         call_ok(cuda.Event.record, 3, (), True, "Event.record"),
-        call_ok(cuda.Function.__call__, 1, ("no_such_keyword",), True, "Function.__call__"),
+        call_ok(cuda.Function.prepared_async_call, 3, ("no_such_keyword",), True, "Function.prepared_async_call"),
     ]
     print(json.dumps({"problems": check(cuda), "members": member_names(cuda),
                       "negative": negative, "version": list(cuda.get_version())}))

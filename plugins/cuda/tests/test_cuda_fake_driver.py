@@ -92,12 +92,12 @@ def test_wrong_context_for_kernel_and_stream(drv, ctxs, built):
     c0, c1 = ctxs
     c0.push()
     module = drv.module_from_buffer(built["ptx"]["kernels"])
-    noop = module.get_function("noop")
+    noop = module.get_function("_Z4noopv").prepare([])
     stream0 = drv.Stream()
     drv.Context.pop()
     c1.push()
     with pytest.raises(drv.LogicError, match="invalid resource handle"):
-        noop(grid=(1, 1), block=(1, 1, 1))
+        noop.prepared_async_call((1, 1), (1, 1, 1), None)
     with pytest.raises(drv.LogicError, match="invalid resource handle"):
         drv.Event().record(stream0)
     assert kinds(drv) == ["wrong-context", "wrong-context"]
@@ -110,12 +110,12 @@ def test_kernel_access_to_another_device_needs_peer_access(drv, ctxs, built):
     on_dev1 = drv.mem_alloc(64)
     drv.Context.pop()
     c0.push()
-    iota = drv.module_from_buffer(built["ptx"]["kernels"]).get_function("iota_i32")
+    iota = drv.module_from_buffer(built["ptx"]["kernels"]).get_function("_Z8iota_i32Piii").prepare("Qii")
     drv.Context.enable_peer_access(c1)
-    iota(np.uint64(int(on_dev1)), np.int32(16), np.int32(0), grid=(1, 1), block=(16, 1, 1))
+    iota.prepared_async_call((1, 1), (16, 1, 1), None, int(on_dev1), 16, 0)
     drv.Context.synchronize()
     drv.Context.disable_peer_access(c1)
-    iota(np.uint64(int(on_dev1)), np.int32(16), np.int32(0), grid=(1, 1), block=(16, 1, 1))
+    iota.prepared_async_call((1, 1), (16, 1, 1), None, int(on_dev1), 16, 0)
     with pytest.raises(drv.LogicError, match="illegal memory access"):
         drv.Context.synchronize()
     # The error is sticky: the context is lost, as on a GPU.
@@ -159,7 +159,7 @@ def test_modules_know_only_the_image_symbols(drv, ctxs, built):
     ctxs[0].push()
     for fmt in ("ptx", "cubin", "fatbin"):
         module = drv.module_from_buffer(built[fmt]["kernels"])
-        assert module.get_function("iota_i32").name == "iota_i32"
+        assert module.get_function("_Z8iota_i32Piii").plain_name == "iota_i32"
         with pytest.raises(drv.LogicError, match="named symbol not found"):
             module.get_function("no_such_kernel")
         with pytest.raises(drv.LogicError, match="named symbol not found"):
@@ -172,7 +172,7 @@ def test_modules_know_only_the_image_symbols(drv, ctxs, built):
 
 
 def test_module_loading_checks_the_device(built, nvcc):
-    from pyoffload_cuda import conformance
+    from pyoffload_cuda import nvcc as conformance
 
     old = FakeDriver(devices=1, arch="sm_75")
     old.init()
@@ -183,7 +183,7 @@ def test_module_loading_checks_the_device(built, nvcc):
     with pytest.raises(old.LogicError, match="PTX JIT"):
         old.module_from_buffer(built["ptx"]["kernels"], [], lambda ok, info, err: logs.append((ok, err)))
     assert logs and logs[0][0] is False and "sm_80" in logs[0][1]
-    assert old.module_from_buffer(conformance.build("kernels", "ptx", 75, nvcc)).get_function("noop")
+    assert old.module_from_buffer(conformance.build("kernels", "ptx", 75, nvcc)).get_function("_Z4noopv")
     with pytest.raises(old.LogicError, match="image is invalid"):
         old.module_from_buffer(b"garbage" * 10)
     old.Context.pop()
@@ -244,14 +244,12 @@ def test_out_of_memory(drv, ctxs):
 
 def test_launch_argument_layout_is_checked(drv, ctxs, built):
     ctxs[0].push()
-    iota = drv.module_from_buffer(built["ptx"]["kernels"]).get_function("iota_i32")
+    function = drv.module_from_buffer(built["ptx"]["kernels"]).get_function("_Z8iota_i32Piii")
     out = drv.mem_alloc(64)
-    with pytest.raises(drv.LogicError, match="parameters"):
-        iota(np.uint64(int(out)), np.int64(16), np.int32(0), grid=(1, 1), block=(16, 1, 1))
-    with pytest.raises(TypeError, match="invalid type on parameter #1"):
-        iota(np.uint64(int(out)), 16, np.int32(0), grid=(1, 1), block=(16, 1, 1))
+    with pytest.raises(drv.LogicError, match="parameters"):  # 20 bytes for a 16-byte parameter list
+        function.prepare("Qqi").prepared_async_call((1, 1), (16, 1, 1), None, int(out), 16, 0)
     with pytest.raises(drv.LogicError, match="invalid argument"):
-        iota(np.uint64(int(out)), np.int32(16), np.int32(0), grid=(1, 1), block=(2048, 1, 1))
+        function.prepare("Qii").prepared_async_call((1, 1), (2048, 1, 1), None, int(out), 16, 0)
     assert kinds(drv) == ["argument-size", "bad-dimensions"]
     out.free()
     drv.Context.pop()
@@ -261,8 +259,21 @@ def test_unknown_kernels_are_recorded(drv, ctxs):
     ptx = (b".version 8.0\n.target sm_80\n.address_size 64\n"
            b".visible .entry mystery(\n.param .u32 p0\n)\n{\nret;\n}\n")
     ctxs[0].push()
-    fn = drv.module_from_buffer(ptx).get_function("mystery")
-    fn(np.uint32(5), grid=(2, 1), block=(4, 1, 1))
+    fn = drv.module_from_buffer(ptx).get_function("mystery").prepare("I")
+    fn.prepared_async_call((2, 1), (4, 1, 1), None, 5)
     drv.Context.synchronize()
     assert drv.launches[-1][:3] == ("mystery", (2, 1, 1), (4, 1, 1))
     drv.Context.pop()
+
+
+def test_the_fake_reads_parameter_layouts_and_initial_values(built):
+    from pyoffload_cuda.fake.images import read_cubin, read_ptx
+
+    ptx, cubin = read_ptx(built["ptx"]["kernels"]), read_cubin(built["cubin"]["kernels"])
+    assert ptx.kernels["_Z8iota_i32Piii"] == (8, 4, 4)
+    assert ptx.kernels["_Z7scalarsPdasilfdhtjm"] == (8, 1, 2, 4, 8, 4, 8, 1, 2, 4, 8)
+    assert cubin.kernels == ptx.kernels  # EIATTR_KPARAM_INFO agrees with the PTX declarations
+    for image in (ptx, cubin):
+        assert np.frombuffer(image.globals["table"], np.int32).tolist() == list(range(16))
+    pi = read_ptx(b".version 8.0\n.target sm_75\n.address_size 64\n.global .align 4 .f32 pi = 0f40490FDB;\n")
+    assert np.frombuffer(pi.globals["pi"], np.float32)[0] == pytest.approx(3.14159265)

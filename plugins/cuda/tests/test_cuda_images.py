@@ -21,32 +21,43 @@ def test_detects_nvcc_output(built, fmt, expected):
     assert images.detect_format(built[fmt]["kernels"]) is expected
 
 
+def plain(names):
+    return {images.demangle(n)[0] if images.demangle(n) else n for n in names}
+
+
 @pytest.mark.parametrize("fmt", ["ptx", "cubin", "fatbin"])
 def test_symbols_of_each_format(built, fmt):
-    syms = images.image_symbols(built[fmt]["kernels"])
-    assert set(syms.kernels) == KERNELS
-    assert syms.globals["counter"].size == 4
-    assert syms.globals["table"].size == 64
-    assert struct.unpack("<16i", syms.globals["table"].init) == tuple(range(16))
-    ctor = images.image_symbols(built[fmt]["ctor_dtor"])
-    assert set(ctor.kernels) == CTOR_DTOR
-    assert {n: g.size for n, g in ctor.globals.items()} == {"ctor_value": 4, "ctor_runs": 4, "dtor_out": 8}
+    syms = images.image_symbols(built[fmt]["kernels"], images.detect_format(built[fmt]["kernels"]))
+    assert plain(syms.kernels) == KERNELS and "_Z8iota_i32Piii" in syms.kernels
+    assert syms.globals == {"counter": 4, "table": 64}
+    ctor = images.image_symbols(built[fmt]["ctor_dtor"], images.detect_format(built[fmt]["ctor_dtor"]))
+    assert plain(ctor.kernels) == CTOR_DTOR
+    assert ctor.globals == {"ctor_value": 4, "ctor_runs": 4, "dtor_out": 8}
 
 
-def test_ptx_parameter_sizes(built):
-    syms = images.ptx_symbols(built["ptx"]["kernels"])
-    assert syms.kernels["iota_i32"] == (8, 4, 4)
-    assert syms.kernels["scalars"] == (8, 1, 2, 4, 8, 4, 8, 1, 2, 4, 8)
-    assert syms.arch == "sm_80"
-
-
-def test_cubin_arch_entry_flag_and_parameters(built):
+def test_arch_and_entry_flag(built):
+    assert images.ptx_symbols(built["ptx"]["kernels"]).arch == "sm_80"
     syms = images.cubin_symbols(built["cubin"]["kernels"])
     assert syms.arch == "sm_80"
-    # Device functions are not entry points: only the seven kernels are listed.
+    # Device functions (global_id, first_thread, local_memory) are not entry points.
     assert len(syms.kernels) == 7
-    # Parameter sizes from EIATTR_KPARAM_INFO agree with the PTX declarations.
-    assert syms.kernels == images.ptx_symbols(built["ptx"]["kernels"]).kernels
+
+
+@pytest.mark.parametrize("symbol,expected", [
+    ("_Z8iota_i32Piii", ("iota_i32", ("ptr", "i32", "i32"))),
+    ("_Z8axpy_f32PfPKffi", ("axpy_f32", ("ptr", "ptr", "f32", "i32"))),
+    ("_Z7scalarsPdasilfdhtjm", ("scalars", ("ptr", "i8", "i16", "i32", "i64", "f32", "f64", "u8", "u16", "u32", "u64"))),
+    ("_Z13local_reversePiPKiP15pyoffload_localii", ("local_reverse", ("ptr", "ptr", "local", "i32", "i32"))),
+    ("_Z1kPiS_PKfS1_", ("k", ("ptr", "ptr", "ptr", "ptr"))),  # substitutions of earlier types
+    ("_Z1kDF16_y", ("k", ("f16", "u64"))),
+    ("_Z4noopv", ("noop", ())),
+    ("noop", None),  # a C name says nothing about its parameters
+    ("_ZN2ns1kEPi", None),  # namespaces: not read
+    ("_Z1k3Foo", None),  # a class by value has no parameter kind
+    ("_Z1kS_", None),  # a substitution with nothing to refer to
+])
+def test_signatures_from_mangled_names(symbol, expected):
+    assert images.demangle(symbol) == expected
 
 
 def test_fatbin_entries(built):
@@ -60,7 +71,7 @@ def test_fatbin_entries(built):
 def test_compressed_fatbin_entries_are_flagged(nvcc, tmp_path):
     import subprocess
 
-    from pyoffload_cuda.conformance import KERNEL_DIR
+    from pyoffload_cuda.nvcc import KERNEL_DIR
 
     out = tmp_path / "c.fatbin"
     subprocess.run([nvcc, "-fatbin", "-compress-mode=size", "-gencode", "arch=compute_80,code=compute_80",
@@ -70,7 +81,7 @@ def test_compressed_fatbin_entries_are_flagged(nvcc, tmp_path):
     entries = images.fatbin_entries(data)
     assert entries and all(e.payload is None for e in entries)
     with pytest.raises(InvalidBinaryError, match="compressed"):
-        images.fatbin_symbols(data)
+        images.image_symbols(data, ImageFormat.FATBIN)
 
 
 @pytest.mark.parametrize("data,match", [
@@ -98,7 +109,6 @@ def test_ptx_with_leading_comments():
           b".global .align 4 .f32 pi = 0f40490FDB;\n.visible .global .align 8 .u64 arr[3] = {1, 2, 3};\n"
     assert images.detect_format(ptx) is ImageFormat.PTX
     syms = images.ptx_symbols(ptx)
-    assert syms.kernels == {"k": (8,)}
-    assert struct.unpack("<f", syms.globals["pi"].init)[0] == pytest.approx(3.14159265)
-    assert struct.unpack("<3Q", syms.globals["arr"].init) == (1, 2, 3)
+    assert syms.kernels == ("k",)
+    assert syms.globals == {"pi": 4, "arr": 24}
     assert syms.arch == "sm_75"

@@ -47,10 +47,9 @@ from typing import Any
 
 import numpy as np
 
-from ..images import ImageFormat, ImageSymbols, InvalidBinaryError, detect_format, fatbin_entries, image_symbols
-from ..images import cubin_symbols, ptx_symbols
-from ..launch import param_bytes
+from ..images import ImageFormat, InvalidBinaryError, demangle, detect_format, fatbin_entries
 from . import kernels as emu
+from .images import FakeImage, param_bytes, param_offsets, read_cubin, read_ptx
 from .memory import Access, MemoryMap, Region, address_space, region_view
 
 # cuGetErrorString() texts, as pycuda puts them in its messages.
@@ -94,16 +93,14 @@ class _Flags:
 
 # The CUdevice_attribute values the plugin reads (same numbers as cuda.h).
 DEVICE_ATTRIBUTES = {
-    "MAX_THREADS_PER_BLOCK": 1,
-    "MAX_SHARED_MEMORY_PER_BLOCK": 8,
-    "WARP_SIZE": 10,
-    "MULTIPROCESSOR_COUNT": 16,
-    "CAN_MAP_HOST_MEMORY": 19,
-    "PCI_BUS_ID": 33,
-    "UNIFIED_ADDRESSING": 41,
-    "MANAGED_MEMORY": 83,
-    "CONCURRENT_MANAGED_ACCESS": 89,
+    "MAX_THREADS_PER_BLOCK": 1, "MAX_BLOCK_DIM_X": 2, "MAX_BLOCK_DIM_Y": 3, "MAX_BLOCK_DIM_Z": 4,
+    "MAX_GRID_DIM_X": 5, "MAX_GRID_DIM_Y": 6, "MAX_GRID_DIM_Z": 7, "MAX_SHARED_MEMORY_PER_BLOCK": 8,
+    "WARP_SIZE": 10, "CLOCK_RATE": 13, "MULTIPROCESSOR_COUNT": 16, "CAN_MAP_HOST_MEMORY": 19,
+    "PCI_BUS_ID": 33, "UNIFIED_ADDRESSING": 41, "MANAGED_MEMORY": 83, "CONCURRENT_MANAGED_ACCESS": 89,
 }
+# CUfunction_attribute values.
+FUNCTION_ATTRIBUTES = {"MAX_THREADS_PER_BLOCK": 0, "SHARED_SIZE_BYTES": 1, "CONST_SIZE_BYTES": 2,
+                       "LOCAL_SIZE_BYTES": 3, "NUM_REGS": 4}
 
 
 class FakeDriver:
@@ -168,6 +165,7 @@ class FakeDriver:
         self.Error, self.MemoryError, self.LogicError = Error, MemoryError, LogicError
         self.LaunchError, self.RuntimeError = LaunchError, RuntimeError
         self.device_attribute = _Flags("device_attribute", **DEVICE_ATTRIBUTES)
+        self.function_attribute = _Flags("function_attribute", **FUNCTION_ATTRIBUTES)
         self.host_alloc_flags = _Flags("host_alloc_flags", PORTABLE=1, DEVICEMAP=2, WRITECOMBINED=4)
         self.mem_host_register_flags = _Flags("mem_host_register_flags", PORTABLE=1, DEVICEMAP=2)
         self.mem_attach_flags = _Flags("mem_attach_flags", GLOBAL=1, HOST=2, SINGLE=4)
@@ -483,30 +481,27 @@ class FakeDriver:
 
     # -- modules ------------------------------------------------------------------------------
 
-    def _pick_symbols(self, image: bytes) -> ImageSymbols:
+    def _pick_symbols(self, image: bytes) -> FakeImage:
         """Read the image as the driver would choose from it for this device."""
         routine = "cuModuleLoadDataEx"
         try:
             fmt = detect_format(image)
-        except InvalidBinaryError as exc:
-            raise self.fail(self.LogicError, routine, INVALID_IMAGE, str(exc), "invalid-image") from None
-        try:
             if fmt is ImageFormat.CUBIN:
-                syms = cubin_symbols(image)
+                syms = read_cubin(image)
                 self._check_cubin_arch(syms.arch)
                 return syms
             if fmt is ImageFormat.PTX:
-                return self._check_ptx(ptx_symbols(image))
+                return self._check_ptx(read_ptx(image))
             entries = fatbin_entries(image)
         except InvalidBinaryError as exc:
             raise self.fail(self.LogicError, routine, INVALID_IMAGE, str(exc), "invalid-image") from None
         for entry in entries:  # machine code for this GPU first, then PTX to JIT
             if entry.kind == "cubin" and entry.payload is not None and entry.arch // 10 == self.sm // 10 \
                     and entry.arch <= self.sm:
-                return cubin_symbols(entry.payload)
+                return read_cubin(entry.payload)
         for entry in entries:
             if entry.kind == "ptx" and entry.payload is not None and entry.arch <= self.sm:
-                return ptx_symbols(entry.payload)
+                return read_ptx(entry.payload)
         raise self.fail(self.RuntimeError, routine, NO_BINARY,
                         f"no readable entry for sm_{self.sm} (compressed entries cannot be read by the fake)")
 
@@ -515,7 +510,7 @@ class FakeDriver:
         if sm // 10 != self.sm // 10 or sm > self.sm:
             raise self.fail(self.RuntimeError, "cuModuleLoadDataEx", NO_BINARY, f"cubin for {arch}, device is sm_{self.sm}")
 
-    def _check_ptx(self, syms: ImageSymbols) -> ImageSymbols:
+    def _check_ptx(self, syms: FakeImage) -> FakeImage:
         sm = int(syms.arch.removeprefix("sm_").rstrip("af")) if syms.arch else 0
         if sm > self.sm:
             raise self.fail(self.LogicError, "cuModuleLoadDataEx", PTX_JIT,
@@ -589,7 +584,8 @@ class _Device:
         return self._drv.memory_per_device
 
     def get_attribute(self, attr: int) -> int:
-        values = {1: MAX_THREADS_PER_BLOCK, 8: MAX_SHARED_PER_BLOCK, 10: 32, 16: 108, 19: 1,
+        values = {1: MAX_THREADS_PER_BLOCK, 2: MAX_BLOCK[0], 3: MAX_BLOCK[1], 4: MAX_BLOCK[2], 5: MAX_GRID[0],
+                  6: MAX_GRID[1], 7: MAX_GRID[2], 8: MAX_SHARED_PER_BLOCK, 10: 32, 13: 1410000, 16: 108, 19: 1,
                   33: self.ordinal + 1, 41: 1, 83: 1, 89: 1}
         if int(attr) not in values:
             raise self._drv.fail(self._drv.LogicError, "cuDeviceGetAttribute", INVALID_VALUE, f"attribute {attr}")
@@ -629,6 +625,10 @@ class _Context:
 
     def __repr__(self) -> str:
         return f"<fake primary context of device {self.device_index}{'' if self.alive else ' (released)'}>"
+
+    @property
+    def handle(self) -> int:
+        return 0x10000 + self.device_index  # a CUcontext stands for one primary context
 
     def check(self, routine: str) -> None:
         drv = self._drv
@@ -712,8 +712,24 @@ class _Stream:
             self._ctx = drv.current("cuStreamCreate")
             self._ctx.objects.add(self)
 
+    @property
+    def handle(self) -> int:
+        return id(self)
+
     def _check_alive(self, routine: str) -> None:
         self._ctx.check(routine)
+
+    def wait_for_event(self, event: Any) -> None:
+        """cuStreamWaitEvent: later work waits for ``event``, which may belong to another context.
+        Work runs in submission order across all streams here, so the order holds already."""
+        drv = self._drv
+        routine = "cuStreamWaitEvent"
+        with drv.lock:
+            ctx = drv.current(routine)
+            drv._stream_ctx(routine, self, ctx)
+            if not isinstance(event, _Event):
+                raise TypeError(f"{routine}: event must be an Event, got {type(event).__name__}")
+            event._ctx.check(routine)
 
     def synchronize(self) -> None:
         drv = self._drv
@@ -899,17 +915,16 @@ class _RegisteredHostMemory(_HostMemory):
 class _Module:
     _drv: FakeDriver
 
-    def __init__(self, ctx: Any, symbols: ImageSymbols) -> None:
+    def __init__(self, ctx: Any, symbols: FakeImage) -> None:
         drv = self._drv
         self._ctx = ctx
         self._symbols = symbols
         self._globals: dict[str, Region] = {}
-        for g in symbols.globals.values():
-            size = max(g.size, 1)
-            region = Region(address_space().take(size), g.size, "global", ctx,
-                            data=bytearray(g.init.ljust(size, b"\0")[:size]))
+        for name, init in symbols.globals.items():
+            size = max(len(init), 1)
+            region = Region(address_space().take(size), len(init), "global", ctx, data=bytearray(init.ljust(size, b"\0")))
             drv.memory.add(region)
-            self._globals[g.name] = region
+            self._globals[name] = region
         ctx.objects.add(self)
         drv._use("cuModuleLoadDataEx")
 
@@ -949,36 +964,42 @@ class _Function:
     def __init__(self, module: Any, name: str) -> None:
         self.module = module  # pycuda keeps the module alive as long as its functions
         self.name = name
+        found = demangle(name)
+        self.plain_name = found[0] if found else name  # emulations are known by the plain name
         self.param_sizes = module._symbols.kernels[name]
+        self.arg_format = ""
 
-    def __call__(self, *args: Any, **kwargs: Any) -> None:
-        """pycuda's ``Function.__call__(*args, grid=(1, 1), stream=None, block=..., shared=0)``."""
-        grid = kwargs.pop("grid", (1, 1))
-        stream = kwargs.pop("stream", None)
-        block = kwargs.pop("block", None)
-        shared = kwargs.pop("shared", 0)
-        kwargs.pop("texrefs", None)
-        if kwargs.pop("time_kernel", False):
-            raise NotImplementedError("fake driver: time_kernel")
-        if kwargs:
-            raise ValueError("extra keyword arguments: %s" % (",".join(kwargs.keys())))
-        if block is None:
-            raise ValueError("must specify block size")
-        values = []
-        fmt = ""
-        for i, arg in enumerate(args):  # as pycuda's _build_arg_buf
-            if isinstance(arg, np.number):
-                values.append(arg)
-                fmt += arg.dtype.char
-            elif isinstance(arg, _DeviceAllocation):
-                values.append(np.uint64(int(arg)))
-                fmt += "P"
+    def prepare(self, arg_types: Any, texrefs: Any = None) -> Any:
+        """pycuda's ``Function.prepare``: remember the struct format of the parameter buffer."""
+        self.arg_format = ""
+        for arg_type in arg_types:
+            if isinstance(arg_type, str):
+                self.arg_format += arg_type
+            elif isinstance(arg_type, type) and issubclass(arg_type, np.number):
+                self.arg_format += np.dtype(arg_type).char
             else:
-                raise TypeError("invalid type on parameter #%d (0-based)" % i)
-        self._launch(tuple(grid), tuple(block), tuple(values), struct.calcsize(fmt) if fmt else 0, int(shared), stream)
+                self.arg_format += np.dtype(np.uintp).char
+        return self
 
-    def _launch(self, grid: tuple[int, ...], block: tuple[int, ...], args: tuple[Any, ...], arg_bytes: int,
-                shared: int, stream: Any) -> None:
+    def prepared_async_call(self, grid: Any, block: Any, stream: Any, *args: Any, **kwargs: Any) -> None:
+        """pycuda's ``Function.prepared_async_call(grid, block, stream, *args, shared_size=0)``."""
+        shared = kwargs.pop("shared_size", 0)
+        if kwargs:
+            raise TypeError("unknown keyword arguments: " + ", ".join(kwargs.keys()))
+        if not isinstance(block, tuple):
+            raise TypeError("fake driver: pass the block size as a tuple")
+        buffer = struct.pack(self.arg_format, *args)  # native mode, as pycuda's _pvt_struct
+        self._launch(tuple(grid), block, buffer, int(shared), stream)
+
+    def get_attribute(self, attr: int) -> int:
+        drv = self._drv
+        drv._use("cuFuncGetAttribute")
+        values = {0: MAX_THREADS_PER_BLOCK, 1: 0, 2: 0, 3: 0, 4: 16}
+        if int(attr) not in values:
+            raise drv.fail(drv.LogicError, "cuFuncGetAttribute", INVALID_VALUE, f"attribute {attr}")
+        return values[int(attr)]
+
+    def _launch(self, grid: tuple[int, ...], block: tuple[int, ...], buffer: bytes, shared: int, stream: Any) -> None:
         drv = self._drv
         routine = "cuLaunchKernel"
         with drv.lock:
@@ -994,19 +1015,21 @@ class _Function:
             if shared > MAX_SHARED_PER_BLOCK:
                 raise drv.fail(drv.LogicError, routine, INVALID_VALUE, f"{shared} bytes of shared memory",
                                "bad-dimensions")
-            if self.param_sizes is not None:
-                expected = param_bytes(self.param_sizes)
-                if arg_bytes != expected:
-                    raise drv.fail(drv.LogicError, routine, INVALID_VALUE,
-                                   f"{self.name} takes {expected} bytes of parameters {self.param_sizes}, "
-                                   f"got {arg_bytes}", "argument-size")
-            drv.launches.append((self.name, grid3, block3, args))
+            sizes = self.param_sizes
+            if sizes is not None and len(buffer) != param_bytes(sizes):
+                raise drv.fail(drv.LogicError, routine, INVALID_VALUE,
+                               f"{self.name} takes {param_bytes(sizes)} bytes of parameters {sizes}, "
+                               f"got {len(buffer)}", "argument-size")
+            # The parameters as the kernel reads them: raw bytes at their natural offsets.
+            args = tuple(buffer[o : o + n] for o, n in zip(param_offsets(sizes), sizes, strict=True)) \
+                if sizes is not None else (buffer,)
+            drv.launches.append((self.plain_name, grid3, block3, args))
             globals_ = {n: r.base for n, r in self.module._globals.items()}
-            fn = emu.emulation_for(self.name, globals_)
+            fn = emu.emulation_for(self.plain_name, globals_)
             if fn is None:
                 return_op: Callable[[], None] = lambda: None  # noqa: E731 - recorded only
             else:
-                launch = emu.Launch(self.name, grid3, block3, shared, args, globals_)
+                launch = emu.Launch(self.plain_name, grid3, block3, shared, args, globals_)
                 memory = _LaunchMemory(drv, ctx)
                 module = self.module  # keep the globals alive until the launch ran
 

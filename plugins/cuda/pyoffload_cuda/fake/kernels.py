@@ -1,8 +1,9 @@
 """Python emulations of the conformance kernels, run by the fake driver on fake memory.
 
 Each emulation receives the launch (grid, block, dynamic shared memory, the module's globals)
-and the arguments exactly as pycuda's ``Function.__call__`` received them, checks their types
-against the CUDA source's parameter list (so a packing mistake in the plugin is caught), and
+and its parameters as raw bytes cut from the parameter buffer at the offsets the image declares,
+reads them as the CUDA source's parameter types (so a packing mistake in the plugin shows as a
+wrong value or a bad access), and
 touches memory only through :class:`Memory`, which enforces the rules a GPU would: the pointer
 must be live, in bounds and reachable from the launching context.  Kernels of other names are
 recorded but do nothing.
@@ -28,7 +29,7 @@ class Launch:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     shared: int
-    args: tuple[Any, ...]
+    args: tuple[bytes, ...]  # each parameter's bytes
     globals: dict[str, int]  # module variable name -> address
 
 
@@ -42,22 +43,20 @@ class Memory:
         raise NotImplementedError
 
 
-def _check(name: str, args: tuple[Any, ...], kinds: str) -> list[Any]:
-    """``kinds``: one letter per parameter: p pointer (uint64), b/h/i/q signed, B/H/I/Q
-    unsigned, f float32, d float64."""
+def _check(name: str, args: tuple[bytes, ...], kinds: str) -> list[Any]:
+    """The kernel's parameters from their raw bytes.  ``kinds``: one letter per parameter:
+    p pointer (uint64), b/h/i/q signed, B/H/I/Q unsigned, f float32, d float64."""
     if len(args) != len(kinds):
-        raise IllegalAddress(f"{name}: expected {len(kinds)} arguments, got {len(args)}")
+        raise IllegalAddress(f"{name}: expected {len(kinds)} parameters, got {len(args)}")
     dtypes = {"p": np.uint64, "b": np.int8, "h": np.int16, "i": np.int32, "q": np.int64,
               "B": np.uint8, "H": np.uint16, "I": np.uint32, "Q": np.uint64,
               "f": np.float32, "d": np.float64}
     out = []
-    for i, (a, k) in enumerate(zip(args, kinds, strict=True)):
+    for i, (raw, k) in enumerate(zip(args, kinds, strict=True)):
         want = np.dtype(dtypes[k])
-        got = np.asarray(a).dtype
-        # Packing only cares about size and kind: an int64 value is a fine 'q'.
-        if got.itemsize != want.itemsize or (got.kind == "f") != (want.kind == "f"):
-            raise IllegalAddress(f"{name}: argument {i} is {got}, the kernel takes {want}")
-        out.append(np.asarray(a).view(want)[()] if got != want else a)
+        if len(raw) != want.itemsize:
+            raise IllegalAddress(f"{name}: parameter {i} has {len(raw)} bytes, the kernel takes {want}")
+        out.append(np.frombuffer(raw, want)[0])
     return out
 
 

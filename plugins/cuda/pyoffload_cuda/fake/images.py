@@ -1,0 +1,125 @@
+"""What the fake driver reads from an image beyond the plugin's symbol lists: each kernel's
+parameter sizes (the layout its parameter buffer must have) and each global's initial bytes.
+
+A real driver knows both from the image; the fake reads cubins (``.nv.info.<kernel>``
+``EIATTR_KPARAM_INFO`` records, global sections) and PTX (``.param`` lists, initialisers).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import re
+import struct
+
+from ..images import PTX_ENTRY, PTX_VAR, ImageSymbols, cubin_symbols, ptx_symbols, ptx_text
+
+_PTX_TYPE_SIZES = {"b8": 1, "u8": 1, "s8": 1, "pred": 1, "b16": 2, "u16": 2, "s16": 2, "f16": 2, "bf16": 2,
+                   "b32": 4, "u32": 4, "s32": 4, "f32": 4, "b64": 8, "u64": 8, "s64": 8, "f64": 8}
+_PARAM = re.compile(r"\.param\s+(?:\.align\s+\d+\s+)?\.(\w+)\s+(?:\.ptr\S*\s+)?[\w$%]+(?:\[(\d+)\])?")
+
+
+@dataclasses.dataclass(frozen=True)
+class FakeImage:
+    """Kernels with their parameter sizes (``None`` where the image does not say), globals with
+    their initial bytes, and the image's target architecture."""
+
+    kernels: dict[str, tuple[int, ...] | None]
+    globals: dict[str, bytes]
+    arch: str | None
+
+
+def param_bytes(sizes: tuple[int, ...]) -> int:
+    """Bytes of a parameter list laid out with natural alignment (CUDA's layout)."""
+    off = 0
+    for s in sizes:
+        align = min(max(s, 1), 8)
+        off = -(-off // align) * align + s
+    return off
+
+
+def param_offsets(sizes: tuple[int, ...]) -> list[int]:
+    out, off = [], 0
+    for s in sizes:
+        align = min(max(s, 1), 8)
+        off = -(-off // align) * align
+        out.append(off)
+        off += s
+    return out
+
+
+# .nv.info attributes: (format, attribute) pairs; EIATTR_KPARAM_INFO describes one parameter:
+# u32 index, u16 ordinal, u16 offset, u32 flags with the size in bits 18-31.
+_EIFMT_SVAL, _EIATTR_KPARAM_INFO = 4, 0x17
+
+
+def _kparam_sizes(info: bytes) -> tuple[int, ...] | None:
+    params: dict[int, int] = {}
+    i = 0
+    while i + 2 <= len(info):
+        fmt, attr = info[i], info[i + 1]
+        if fmt in (1, 2, 3):
+            i += 4
+        elif fmt == _EIFMT_SVAL and i + 4 <= len(info):
+            (length,) = struct.unpack_from("<H", info, i + 2)
+            if attr == _EIATTR_KPARAM_INFO and length >= 12:
+                _index, ordinal, _offset, flags = struct.unpack_from("<IHHI", info, i + 4)
+                params[ordinal] = (flags >> 18) & 0x3FFF
+            i += 4 + length
+        else:
+            return None
+    if sorted(params) != list(range(len(params))):
+        return None
+    return tuple(params[k] for k in range(len(params)))
+
+
+def read_cubin(image: bytes) -> FakeImage:
+    from elftools.elf.elffile import ELFFile
+
+    syms: ImageSymbols = cubin_symbols(image)
+    elf = ELFFile(io.BytesIO(image))
+    kernels = {}
+    for name in syms.kernels:
+        info = elf.get_section_by_name(f".nv.info.{name}")
+        kernels[name] = _kparam_sizes(info.data()) if info is not None else ()
+    globals_: dict[str, bytes] = {}
+    symtab = elf.get_section_by_name(".symtab")
+    for sym in symtab.iter_symbols():
+        if sym.name in syms.globals:
+            section = elf.get_section(sym["st_shndx"])
+            size = syms.globals[sym.name]
+            data = bytes(size) if section["sh_type"] == "SHT_NOBITS" else \
+                section.data()[sym["st_value"] : sym["st_value"] + size]
+            globals_[sym.name] = bytes(data)
+    return FakeImage(kernels, globals_, syms.arch)
+
+
+def _initializer(type_name: str, elem_size: int, count: int, text: str) -> bytes:
+    values = [v.strip() for v in text.strip().strip(";").strip().strip("{}").split(",") if v.strip()]
+    out = bytearray()
+    for v in values[:count]:
+        if v[:2] in ("0f", "0F", "0d", "0D"):
+            out += bytes.fromhex(v[2:])[::-1]
+        elif type_name.startswith("f"):
+            out += struct.pack("<f" if elem_size == 4 else "<d", float(v))
+        else:
+            try:
+                value = int(v, 0)
+            except ValueError:  # generic(sym) and other address initialisers: resolved by a loader
+                value = 0
+            out += value.to_bytes(elem_size, "little", signed=value < 0)
+    return bytes(out[: elem_size * count]).ljust(elem_size * count, b"\0")
+
+
+def read_ptx(image: bytes) -> FakeImage:
+    syms = ptx_symbols(image)
+    text = ptx_text(image)
+    kernels: dict[str, tuple[int, ...] | None] = {
+        m.group(1): tuple(_PTX_TYPE_SIZES.get(p.group(1), 0) * int(p.group(2) or 1) for p in _PARAM.finditer(m.group(2) or ""))
+        for m in PTX_ENTRY.finditer(text)}
+    globals_: dict[str, bytes] = {}
+    for _vec, type_name, name, _dims, init in PTX_VAR.findall(text):
+        size = syms.globals[name]
+        elem = _PTX_TYPE_SIZES.get(type_name, 1)
+        globals_[name] = _initializer(type_name, elem, size // elem, init) if init else bytes(size)
+    return FakeImage(kernels, globals_, syms.arch)
