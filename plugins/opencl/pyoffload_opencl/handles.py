@@ -61,7 +61,7 @@ class OclEvent:
 
     __slots__ = ("cl_event", "queue")
     cl_event: Any
-    queue: OclQueue | None
+    queue: OclQueue
 
 
 @dataclass(eq=False)

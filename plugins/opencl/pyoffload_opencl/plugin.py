@@ -177,34 +177,43 @@ def data_free_impl(context: OclContext, device: OclDevice | None, ptr: int, kind
     svm.release(context, ptr)
 
 
-def _copy(queue: OclQueue, dst: int, src: int, size: int) -> None:
-    """One ``clEnqueueSVMMemcpy`` between two addresses (SVM or host) on ``queue``."""
-    import pyopencl as cl
-
-    array = ctypes.c_char * size
-    try:
-        queue.last = cl._cl._enqueue_svm_memcpy(queue.cl_queue, 0, cl.SVM(array.from_address(dst)),
-                                                cl.SVM(array.from_address(src)), None, size)
-    except cl.Error as exc:
-        raise translate(exc, f"copying {size} bytes from {src:#x} to {dst:#x}") from exc
+# The copy hooks are on the synchronous copy's hot path: each enqueues without a helper frame.
 
 
 @hookimpl
 def data_submit_impl(device: OclDevice, queue: OclQueue, dst: int, src: memoryview, size: int) -> None:
-    _copy(queue, dst, np.frombuffer(src, np.uint8, size).__array_interface__["data"][0], size)
+    import pyopencl as cl
+
+    array, host = ctypes.c_char * size, np.frombuffer(src, np.uint8, size).__array_interface__["data"][0]
+    try:
+        queue.last = cl._cl._enqueue_svm_memcpy(queue.cl_queue, 0, cl.SVM(array.from_address(dst)),
+                                                cl.SVM(array.from_address(host)), None, size)
+    except cl.Error as exc:
+        raise translate(exc, f"copying {size} bytes to {dst:#x}") from exc
 
 
 @hookimpl
 def data_retrieve_impl(device: OclDevice, queue: OclQueue, dst: memoryview, src: int, size: int) -> None:
-    _copy(queue, np.frombuffer(dst, np.uint8, size).__array_interface__["data"][0], src, size)
+    import pyopencl as cl
+
+    array, host = ctypes.c_char * size, np.frombuffer(dst, np.uint8, size).__array_interface__["data"][0]
+    try:
+        queue.last = cl._cl._enqueue_svm_memcpy(queue.cl_queue, 0, cl.SVM(array.from_address(host)),
+                                                cl.SVM(array.from_address(src)), None, size)
+    except cl.Error as exc:
+        raise translate(exc, f"copying {size} bytes from {src:#x}") from exc
 
 
 @hookimpl
 def data_exchange_impl(src_device: OclDevice, src: int, dst_device: OclDevice, dst: int, size: int,
                        queue: OclQueue) -> None:
+    import pyopencl as cl
+
     if src < dst + size and dst < src + size:
         raise UnsupportedError("clEnqueueSVMMemcpy cannot copy overlapping ranges")
-    _copy(queue, dst, src, size)
+    with driver_call(f"copying {size} bytes from {src:#x} to {dst:#x}"):
+        queue.last = cl._cl._enqueue_svm_memcpy(queue.cl_queue, 0, svm.svm_ref(dst, size), svm.svm_ref(src, size),
+                                                None, size)
 
 
 @hookimpl
@@ -366,7 +375,7 @@ def launch_prepare_impl(device: OclDevice, queue: OclQueue, kernel: OclKernel, g
 def queue_create_impl(context: OclContext, device: OclDevice, profiling: bool) -> OclQueue:
     import pyopencl as cl
 
-    props = cl.command_queue_properties.PROFILING_ENABLE if profiling else 0
+    props: Any = cl.command_queue_properties.PROFILING_ENABLE if profiling else 0
     with driver_call("creating a command queue"):
         return OclQueue(cl.CommandQueue(context.cl_context, device.cl_device, properties=props), context)
 
@@ -378,9 +387,13 @@ def queue_destroy_impl(device: OclDevice, queue: OclQueue) -> None:
 
 @hookimpl
 def queue_synchronize_impl(device: OclDevice, queue: OclQueue) -> None:
+    import pyopencl as cl
+
     last = queue.last
-    with driver_call("waiting for a queue"):
+    try:
         queue.cl_queue.finish()
+    except cl.Error as exc:  # no context manager: every synchronous operation ends here
+        raise translate(exc, "waiting for a queue") from exc
     if last is not None:
         check_status(last, "waiting for a queue")
 
@@ -468,7 +481,7 @@ def event_query_impl(device: OclDevice, event: OclEvent) -> bool:
 
 @hookimpl
 def event_release_impl(device: OclDevice, event: OclEvent) -> None:
-    event.cl_event = event.queue = None  # releases the cl_event even if the handle lingers
+    event.cl_event = None  # releases the cl_event now, even if the handle lingers
 
 
 @hookimpl

@@ -1,27 +1,14 @@
 """The program state block: program-wide variables that every kernel of a program shares.
 
-Why it exists: OpenCL has no host API for the address of a program-scope variable, and PoCL 3.1
-(CL_DEVICE_MAX_GLOBAL_VARIABLE_SIZE = 0) gives every kernel of a program its *own* copy of each
-program-scope ``global`` variable, so a value written by one kernel is invisible to the next.
-Shared program state therefore lives in an SVM block that this backend allocates per program and
-passes to each kernel that asks for it.  The block is an ordinary SVM allocation, so
-``global_variable(name)`` gets a real device address that copies and kernels both accept.
-
-The ABI (documented in docs/backends/opencl.md):
-
-* A kernel whose **last** parameter is named ``pyoffload_state`` (a global pointer) receives the
-  block's address there.  The caller never passes it; signatures leave it out.
-* ``pyoffload_state_layout(global ulong *layout)`` describes the block.  The backend runs it once
-  at load on a zeroed buffer of :data:`LAYOUT_BYTES` bytes; it writes::
-
-      layout[0] = 1                      (ABI version)
-      layout[1] = block size in bytes
-      layout[2] = n, the number of named variables
-      layout[3 + 2*i], layout[4 + 2*i] = byte offset and size of variable i
-      then, at byte offset 8 * (3 + 2*n): the n names, separated by spaces, NUL-terminated
-
-* ``pyoffload_state_init(global T *pyoffload_state)`` (optional) sets initial values; the
-  backend runs it once, after zero-filling the block and before any constructor.
+OpenCL has no host API for the address of a program-scope variable, and PoCL 3.1 gives every
+kernel its *own* copy of one.  Shared program state therefore lives in an SVM block that this
+backend allocates per program and binds to each kernel whose **last** parameter is named
+``pyoffload_state`` (callers never pass it; signatures leave it out).  The block's variables
+have real device addresses, which copies and kernels both accept.  At load,
+``pyoffload_state_layout(global ulong *layout)`` describes the block (``[1, size, n]``, then
+offset and size of each variable, then their names separated by spaces: see
+docs/backends/opencl.md), the block is zero-filled, and ``pyoffload_state_init(pyoffload_state)``
+(optional) sets initial values, before any constructor.
 """
 
 from __future__ import annotations

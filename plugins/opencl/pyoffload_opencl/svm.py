@@ -37,7 +37,7 @@ def memory_kinds(svm_caps: int) -> tuple[str, ...]:
 def allocate(context: OclContext, size: int, kind: AllocKind) -> int:
     import pyopencl as cl
 
-    flags = cl.svm_mem_flags.READ_WRITE
+    flags: int = cl.svm_mem_flags.READ_WRITE
     if kind is not AllocKind.DEVICE:
         flags |= cl.svm_mem_flags.SVM_FINE_GRAIN_BUFFER
     try:
