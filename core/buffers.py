@@ -32,13 +32,7 @@ class HostView:
         self.readonly = readonly
 
 
-def _host_view(view: memoryview, address: int, readonly: bool) -> HostView:
-    hv = _new(HostView)  # no __init__ frame: a copy builds one per host buffer
-    hv.view, hv.address, hv.nbytes, hv.readonly = view, address, view.nbytes, readonly
-    return hv
-
-
-_new = object.__new__
+_new = object.__new__  # HostView without an __init__ frame: a copy builds one per host buffer
 
 
 def _address(mv: memoryview) -> int:
@@ -66,7 +60,9 @@ def host_view(obj: Any, role: str, writable: bool) -> HostView:
         flat = obj.reshape(-1).view(np.uint8) if obj.ndim != 1 or obj.itemsize != 1 else obj
         mv = memoryview(flat)  # type: ignore[arg-type]  # ndarray exports the buffer protocol
         address, readonly = obj.__array_interface__["data"]  # C-level, unlike ndarray.ctypes
-        return _host_view(mv, address if obj.size else 0, readonly)
+        hv = _new(HostView)
+        hv.view, hv.address, hv.nbytes, hv.readonly = mv, address if obj.size else 0, mv.nbytes, readonly
+        return hv
     try:
         mv = memoryview(obj)
     except TypeError:
@@ -81,7 +77,9 @@ def host_view(obj: Any, role: str, writable: bool) -> HostView:
         raise InvalidArgumentError(f"{role}: the buffer ({type(obj).__name__}) is read-only")
     if mv.format != "B" or mv.ndim != 1:
         mv = mv.cast("B") if mv.nbytes else memoryview(b"")
-    return _host_view(mv, _address(mv), mv.readonly)
+    hv = _new(HostView)
+    hv.view, hv.address, hv.nbytes, hv.readonly = mv, _address(mv), mv.nbytes, mv.readonly
+    return hv
 
 
 def view_at(address: int, size: int) -> memoryview:

@@ -227,6 +227,12 @@ def dimensions(device: Any, grid: Any, block: Any) -> tuple[tuple[int, int, int]
     g = _triple(grid, "grid")
     b = _triple(block, "block")
     lim = device.limits
+    # The work-group total first: where a device's per-axis limit equals its total (CUDA, HIP),
+    # a block one past it breaks both, and the total is the limit users know.
+    threads = b[0] * b[1] * b[2]
+    if threads > lim.block_threads:
+        raise InvalidArgumentError(
+            f"block {b}: {threads} work-items exceed the device's limit {lim.block_threads} (info 'max_work_group_size')")
     for axis in range(3):
         if b[axis] > lim.block[axis]:
             raise InvalidArgumentError(
@@ -236,8 +242,4 @@ def dimensions(device: Any, grid: Any, block: Any) -> tuple[tuple[int, int, int]
                 f"grid {g}: dimension {axis} exceeds the device's limit {lim.grid[axis]} (info 'max_grid_size')")
         if g[axis] * b[axis] >= 1 << 64:
             raise InvalidArgumentError(f"grid {g} x block {b}: dimension {axis} overflows 64 bits of work-items")
-    threads = b[0] * b[1] * b[2]
-    if threads > lim.block_threads:
-        raise InvalidArgumentError(
-            f"block {b}: {threads} work-items exceed the device's limit {lim.block_threads} (info 'max_work_group_size')")
     return g, b

@@ -118,7 +118,7 @@ class Program:
         kernel = self.kernel(name) if self.state is LOADED else Kernel(self, name, self._kernel_handle(name))
         queue = self.context.internal_queue(self.device)
         args = kernel.packed(())
-        seq = queue.enqueue(self.disp.launch_impl, (self.device.handle, queue.handle, kernel.handle,
+        seq = queue.enqueue("launch_impl", (self.device.handle, queue.handle, kernel.handle,
                                                      (1, 1, 1), (1, 1, 1), args))
         queue.wait_for(seq)
 

@@ -17,7 +17,7 @@ from typing import Any
 from .context import GenericContext
 from .device import GenericDevice
 from .enums import AllocKind
-from .errors import InvalidArgumentError, got
+from .errors import InvalidArgumentError, OffloadError, got
 from .launch import Binder, binder, dimensions
 from .memory import Allocation, allocate, claim, release, unclaim
 from .program import LOADED, Kernel, Program
@@ -149,7 +149,7 @@ class Queue(QueueCore):
         prog = kernel.program
         if prog.device is not self.device:
             raise InvalidArgumentError(f"launch: {kernel!r} is loaded on {prog.device.id}, not {self.device.id}")
-        seq, marker = self.enqueue_launch(prog, allocs, self.disp.launch_impl,
+        seq, marker = self.enqueue_launch(prog, allocs, self.disp.raw.launch_impl,
                                       (self.dh, self.handle, kernel.handle, g, b, packed))
         if marker is not None:
             return self.event_for(seq, marker)
@@ -242,7 +242,8 @@ class Queue(QueueCore):
 
     def enqueue_launch(self, prog: Program, allocs: Sequence[Allocation], fn: Callable[..., None],
                            args: tuple[Any, ...]) -> tuple[int, Marker | None]:
-        """Hand one launch to the backend (``fn(*args)``) in the queue's order; its sequence number
+        """Hand one launch to the backend (``fn(*args)``: ``launch_impl`` unwrapped, or a prepared
+        launch's function; a failure is worded here) in the queue's order; its sequence number
         and, on a profiling queue, its timestamp marker.  The launch records itself as a user of its
         program and allocations before it checks they are still alive (see the module docstring)."""
         with self._lock:
@@ -262,7 +263,12 @@ class Queue(QueueCore):
                 if not a.live:
                     raise InvalidArgumentError(f"launch of a kernel of {prog!r}: {a!r} was freed")
             if self.backlog is None:
-                fn(*args)
+                try:
+                    fn(*args)
+                except OffloadError:
+                    raise
+                except Exception as exc:
+                    raise self.disp.failure("launch_impl", exc) from exc
                 self.submitted = seq
             else:
                 self.backlog.append(("op", seq, (fn, args)))

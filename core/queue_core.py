@@ -130,25 +130,32 @@ class QueueCore:
 
     # -- enqueueing -------------------------------------------------------------------------
 
-    def enqueue(self, fn: Callable[..., None], args: tuple[Any, ...], hold: Any = None) -> int:
-        """Enqueue one operation whose backend part is ``fn(*args)`` (an enqueue hook); return its
-        sequence number.  ``hold`` is kept alive until the operation completes (a host buffer it
-        reads or writes)."""
+    def enqueue(self, hook: str, args: tuple[Any, ...], hold: Any = None, mark: bool = True) -> int:
+        """Enqueue one operation whose backend part is the enqueue hook ``hook`` called with
+        ``args``; return its sequence number.  ``hold`` is kept alive until the operation completes (a host buffer it
+        reads or writes); a marker is recorded after it so that the hold is released as soon as
+        anyone observes completion, unless ``mark`` is false: the caller is about to wait for it
+        (a synchronous copy), and a queue synchronisation then serves without a driver event."""
         with self._lock:
             if not self.live:
                 raise self.dead()
             seq = self.seq + 1
             if self.backlog is None:
-                fn(*args)
+                try:
+                    getattr(self.disp.raw, hook)(*args)
+                except OffloadError:
+                    raise
+                except Exception as exc:
+                    raise self.disp.failure(hook, exc) from exc
                 self.submitted = seq
             else:
-                self.backlog.append(("op", seq, (fn, args)))
+                self.backlog.append(("op", seq, (getattr(self.disp.raw, hook), args)))
             self.seq = seq
             if hold is not None:
                 self._holds.append((seq, hold))
             if self.profiling:
                 self.mark_locked(owned=True)  # the operation's event takes it (claim_marker)
-            elif hold is not None:
+            elif hold is not None and mark:
                 self.mark_locked()
             poll = len(self._holds) + len(self._deferred) > _POLL_AFTER
         if poll:
@@ -307,6 +314,8 @@ class QueueCore:
                     try:
                         payload[0](*payload[1])
                     except Exception as exc:  # the enqueue was accepted: report it like a failure
+                        if not isinstance(exc, OffloadError):
+                            exc = self.disp.failure(getattr(payload[0], "__name__", "an enqueue hook"), exc)
                         self.failures[seq] = exc
                         self._unreported.append(exc)
                     self.submitted = seq
@@ -436,7 +445,11 @@ class QueueCore:
                 return  # never enqueued (its enqueue failed)
             if seq <= self.done:
                 return
-            marker = next((m for m in self._markers if m.seq >= seq), None)
+            marker = None
+            for m in self._markers:  # a loop, not next(genexpr): this is a synchronous copy's path
+                if m.seq >= seq:
+                    marker = m
+                    break
             if marker is not None:
                 while not marker.ready:
                     self._moved.wait()
@@ -444,7 +457,12 @@ class QueueCore:
             else:
                 upto = self.submitted
         if marker is None:
-            self.disp.queue_synchronize_impl(self.dh, self.handle)
+            try:
+                self.disp.raw.queue_synchronize_impl(self.dh, self.handle)
+            except OffloadError:
+                raise
+            except Exception as exc:
+                raise self.disp.failure("queue_synchronize_impl", exc) from exc
             self._advance(upto)
             return
         try:

@@ -218,33 +218,37 @@ def _direct(d: End, s: End) -> bool:
     return s.ctx.connection(s.device, d.ctx, d.device) is not MemoryConnection.NONE
 
 
-def _copy_on(queue: QueueCore, d: End, s: End, size: int) -> int | None:
+def _copy_on(queue: QueueCore, d: End, s: End, size: int, mark: bool = True) -> int | None:
     """Enqueue the copy on ``queue``, which belongs to a context of the memory; ``None`` when it
     has to be staged (the caller then runs it as a host function)."""
-    disp = queue.disp
     if d.device is not None and s.device is not None and not _overlap(d, s, size) and _direct(d, s):
         try:
-            seq = queue.enqueue(disp.data_exchange_impl, (s.device.handle, s.addr, d.device.handle, d.addr, size, queue.handle))
+            seq = queue.enqueue("data_exchange_impl", (s.device.handle, s.addr, d.device.handle, d.addr, size, queue.handle))
         except UnsupportedError:
             return None
     elif d.device is not None and s.host_ok and not d.host_ok:
         if queue.device.plugin is not d.device.plugin:
             return None
-        src = _host(s, size)
-        seq = queue.enqueue(disp.data_submit_impl, (queue.dh, queue.handle, d.addr, src, size), src)
+        src = s.hv.view[:size] if s.hv is not None else view_at(s.addr, size)
+        seq = queue.enqueue("data_submit_impl", (queue.dh, queue.handle, d.addr, src, size), src, mark)
     elif s.device is not None and d.host_ok and not s.host_ok:
         if queue.device.plugin is not s.device.plugin:
             return None
-        dst = _host(d, size)
-        seq = queue.enqueue(disp.data_retrieve_impl, (queue.dh, queue.handle, dst, s.addr, size), dst)
+        dst = d.hv.view[:size] if d.hv is not None else view_at(d.addr, size)
+        seq = queue.enqueue("data_retrieve_impl", (queue.dh, queue.handle, dst, s.addr, size), dst, mark)
     elif d.host_ok and s.host_ok:
         dev = queue.device
-        seq = queue.enqueue(disp.data_exchange_impl, (dev.handle, s.addr, dev.handle, d.addr, size, queue.handle),
-                            tuple(e.hv.view for e in (d, s) if e.hv is not None) or None)
+        seq = queue.enqueue("data_exchange_impl", (dev.handle, s.addr, dev.handle, d.addr, size, queue.handle),
+                            tuple(e.hv.view for e in (d, s) if e.hv is not None) or None, mark)
     else:
         return None
-    _record_use(d, queue, seq)
-    _record_use(s, queue, seq)
+    for end in (d, s):  # _record_use, inline: a synchronous copy's path is counted in frames
+        alloc = end.alloc
+        if alloc is not None and alloc.owned:
+            if alloc.users is None:
+                alloc.users = {queue: seq}
+            else:
+                alloc.users[queue] = seq
     return seq
 
 
@@ -257,7 +261,7 @@ def _copy_now(d: End, s: End, size: int) -> None:
     owner = d if not d.host_ok else s
     assert owner.ctx is not None and owner.device is not None
     queue = owner.ctx.internal_queues.get(id(owner.device)) or owner.ctx.internal_queue(owner.device)
-    seq = _copy_on(queue, d, s, size)
+    seq = _copy_on(queue, d, s, size, mark=False)
     if seq is None:
         _staged(d, s, size)
         return
@@ -351,7 +355,7 @@ def memfill(ptr: Any, pattern: Any, size: Any = None, queue: QueueCore | None = 
         return queue.event_for(0)  # type: ignore[attr-defined]
     if native and end.device is not None and not end.device.host_memory:
         try:
-            seq = queue.enqueue(queue.disp.data_fill_impl, (queue.dh, queue.handle, end.addr, pat, size))
+            seq = queue.enqueue("data_fill_impl", (queue.dh, queue.handle, end.addr, pat, size))
             _record_use(end, queue, seq)
             return queue.event_for(seq)  # type: ignore[attr-defined]
         except UnsupportedError:
@@ -375,7 +379,7 @@ def _fill_now(end: End, pat: bytes, size: int) -> None:
     assert end.ctx is not None and end.device is not None
     queue = end.ctx.internal_queue(end.device)
     try:
-        seq = queue.enqueue(queue.disp.data_fill_impl, (queue.dh, queue.handle, end.addr, pat, size))
+        seq = queue.enqueue("data_fill_impl", (queue.dh, queue.handle, end.addr, pat, size))
     except UnsupportedError:
         # A pattern the device cannot fill natively: write the expanded pattern in chunks.
         chunk = max(len(pat), STAGING_CHUNK - STAGING_CHUNK % len(pat))
@@ -407,12 +411,12 @@ def prefetch(ptr: Any, size: Any, to: GenericDevice | None = None, queue: QueueC
         _check_queue(queue, end, None, "prefetch")
         if not managed or dev is None or queue.device.plugin is not dev.plugin:
             return queue.event_for(0)  # type: ignore[attr-defined]
-        seq = queue.enqueue(queue.disp.data_prefetch_impl, (dev.handle, queue.handle, end.addr, size, to is not None))
+        seq = queue.enqueue("data_prefetch_impl", (dev.handle, queue.handle, end.addr, size, to is not None))
         _record_use(end, queue, seq)
         return queue.event_for(seq)  # type: ignore[attr-defined]
     if managed and dev is not None and end.ctx is not None:
         internal = end.ctx.internal_queue(dev)
-        seq = internal.enqueue(internal.disp.data_prefetch_impl,
+        seq = internal.enqueue("data_prefetch_impl",
                                (dev.handle, internal.handle, end.addr, size, to is not None))
         internal.wait_until(seq)
     return None

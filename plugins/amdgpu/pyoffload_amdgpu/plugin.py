@@ -207,14 +207,18 @@ def data_free_async_impl(context: Any, device: HipDevice | None, queue: HipQueue
 
 @hookimpl
 def data_submit_impl(device: HipDevice, queue: HipQueue, dst: int, src: memoryview, size: int) -> None:
-    hip = _hip()
-    call(hip, hip.hipMemcpyAsync, dst, src, size, hip.hipMemcpyKind.hipMemcpyHostToDevice, queue.stream)
+    hip = _state.hip  # type: ignore[union-attr]  # as in launch_impl: one frame on a synchronous copy's path
+    err = hip.hipMemcpyAsync(dst, src, size, hip.hipMemcpyKind.hipMemcpyHostToDevice, queue.stream)[0]
+    if err:
+        raise driver.error_for(hip, err, "hipMemcpyAsync")
 
 
 @hookimpl
 def data_retrieve_impl(device: HipDevice, queue: HipQueue, dst: memoryview, src: int, size: int) -> None:
-    hip = _hip()
-    call(hip, hip.hipMemcpyAsync, dst, src, size, hip.hipMemcpyKind.hipMemcpyDeviceToHost, queue.stream)
+    hip = _state.hip  # type: ignore[union-attr]
+    err = hip.hipMemcpyAsync(dst, src, size, hip.hipMemcpyKind.hipMemcpyDeviceToHost, queue.stream)[0]
+    if err:
+        raise driver.error_for(hip, err, "hipMemcpyAsync")
 
 
 @hookimpl
@@ -430,8 +434,10 @@ def queue_destroy_impl(device: HipDevice, queue: HipQueue) -> None:
 
 @hookimpl
 def queue_synchronize_impl(device: HipDevice, queue: HipQueue) -> None:
-    hip = _hip()
-    call(hip, hip.hipStreamSynchronize, queue.stream)
+    hip = _state.hip  # type: ignore[union-attr]
+    err = hip.hipStreamSynchronize(queue.stream)[0]
+    if err:
+        raise driver.error_for(hip, err, "hipStreamSynchronize")
 
 
 def _ready(hip: Any, err: Any, what: str) -> bool:
