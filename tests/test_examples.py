@@ -1,0 +1,89 @@
+"""examples/arraylib on every device found, against numpy: elementwise operations, the reduction,
+moves between every pair of devices and zero-copy views."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pyoffload
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+import arraylib  # noqa: E402
+
+DEVICES = [d for d in pyoffload.devices() if d.backend in arraylib.BACKENDS]
+OTHERS = [d for d in pyoffload.devices() if d.backend not in arraylib.BACKENDS]
+
+
+def _ids(dev: pyoffload.Device) -> str:
+    return dev.id
+
+
+@pytest.fixture(params=DEVICES, ids=_ids)
+def device(request: pytest.FixtureRequest) -> pyoffload.Device:
+    return request.param  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [1, 63, 1000])
+def test_elementwise_and_sum(device: pyoffload.Device, dtype: type, n: int) -> None:
+    rng = np.random.default_rng(n)
+    x, y = rng.standard_normal(n).astype(dtype), rng.standard_normal(n).astype(dtype)
+    a, b = arraylib.asarray(x, device), arraylib.asarray(y, device)
+    got = (a * b + a * 0.5).numpy()
+    np.testing.assert_allclose(got, x * y + x * dtype(0.5), rtol=1e-6)
+    total = (a + b).sum().numpy()
+    assert total.shape == ()
+    np.testing.assert_allclose(total, (x + y).sum(dtype=np.float64), rtol=1e-4, atol=1e-4)
+
+
+def test_views_are_zero_copy_where_host_accessible(device: pyoffload.Device) -> None:
+    arr = arraylib.asarray(np.arange(16, dtype=np.float32), device, kind=pyoffload.AllocKind.HOST)
+    view = arr.numpy()
+    assert view.ctypes.data == arr.alloc.ptr  # the array's own memory, not a copy
+    assert (view == np.arange(16)).all()
+    with pytest.raises(pyoffload.InvalidArgumentError):
+        arr.alloc.free()  # the view still points into it
+    dev_arr = arraylib.asarray(np.arange(4, dtype=np.float32), device)
+    out = dev_arr.numpy()
+    assert (out == np.arange(4)).all()
+    assert (out.ctypes.data == dev_arr.alloc.ptr) == dev_arr.alloc.host_accessible
+
+
+@pytest.mark.parametrize("target", DEVICES, ids=_ids)
+def test_move_between_devices(device: pyoffload.Device, target: pyoffload.Device) -> None:
+    data = np.linspace(0, 1, 257, dtype=np.float32)
+    src = arraylib.asarray(data, device) * 2.0
+    moved = src.to(target)
+    del src  # freed in queue order while the copy may still be queued
+    assert moved.device is target
+    np.testing.assert_array_equal(moved.numpy(), data * np.float32(2.0))
+    np.testing.assert_allclose((moved + moved).sum().numpy(), 4 * data.sum(dtype=np.float64), rtol=1e-5)
+
+
+def test_mismatched_operands_are_refused(device: pyoffload.Device) -> None:
+    a = arraylib.asarray(np.zeros(4, dtype=np.float32), device)
+    with pytest.raises(ValueError, match="differ"):
+        a + arraylib.asarray(np.zeros(5, dtype=np.float32), device)
+    with pytest.raises(TypeError, match="float32 and float64"):
+        arraylib.asarray(np.zeros(4, dtype=np.int32), device)
+    if len(DEVICES) > 1:
+        other = next(d for d in DEVICES if d is not device)
+        with pytest.raises(ValueError, match=r"\.to\(\)"):
+            a + arraylib.asarray(np.zeros(4, dtype=np.float32), other)
+
+
+def test_every_device_of_the_covered_backends_is_tested() -> None:
+    # The unit row runs with PYOFFLOAD_PLUGINS=twin,opencl: every OpenCL device found is tested.
+    assert DEVICES[-1] is pyoffload.host_device()
+    opencl = [r for r in pyoffload.plugins() if r.name == "opencl" and r.status == "ok"]
+    assert len([d for d in DEVICES if d.backend == "opencl"]) == sum(r.devices for r in opencl)
+
+
+@pytest.mark.skipif(not OTHERS, reason="every device found is of a backend arraylib has kernels for")
+def test_other_backends_are_refused_clearly() -> None:
+    with pytest.raises(pyoffload.UnsupportedError, match="no kernels for"):
+        arraylib.empty(4, device=OTHERS[0])
