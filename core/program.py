@@ -35,6 +35,7 @@ from .errors import (
     NotFoundError,
     OffloadError,
     TeardownWarning,
+    UnsupportedError,
 )
 from .memory import Allocation, register_external, unregister
 from .queue_core import EXIT_WAIT_SECONDS, QueueCore
@@ -83,8 +84,11 @@ class Program:
             self._fini: tuple[str, ...] = tuple(init_fini.fini) if init_fini else ()
             for name in init_fini.init if init_fini else ():
                 self._run_entry(name)
+            self._register_globals()
         except BaseException:
             # A failed load creates nothing: release the image without running destructors.
+            for g in self._globals.values():
+                unregister(self.rt, g.allocation)
             self.state = UNLOADED
             self.rt.untrack(self.rt.programs, self)
             context.disown(self)
@@ -223,9 +227,21 @@ class Program:
             self.check_loaded()
         return k
 
+    def _register_globals(self) -> None:
+        """Record every global variable's range at load, so that its address resolves with
+        ``mem_info`` and works as a launch argument before anyone asked for it by name.  A
+        platform that cannot expose a global's address (``UnsupportedError``) keeps it unrecorded."""
+        for sym in self._symbol_table().values():
+            if sym.kind is SymbolKind.GLOBAL and sym.size:
+                try:
+                    self.global_variable(sym.name)
+                except UnsupportedError:
+                    continue
+
     def global_variable(self, name: str) -> GlobalVariable:
         """The global variable ``name`` (``NOT_FOUND`` / ``SYMBOL_KIND`` as for ``kernel``); its
-        address then resolves with ``mem_info`` and works as a launch argument and in copies."""
+        address resolves with ``mem_info`` and works as a launch argument and in copies (every
+        global is recorded at load)."""
         self.check_loaded()
         g = self._globals.get(name)
         if g is None:

@@ -127,3 +127,24 @@ def test_kernel_of_unloaded_program(device, images, queue):
     assert err.value.errc is Errc.INVALID_PROGRAM
     with pytest.raises(OffloadError):
         prog.kernel("noop")
+
+
+def test_globals_resolve_from_load(device, images):
+    """Every global is recorded at load: its address resolves with ``mem_info`` (interior
+    pointers too) and works in copies before anyone asked for the variable by name."""
+    with device.load_program(images["kernels"]) as prog:
+        try:
+            addr, size = device.disp.get_global_impl(device.handle, prog.handle, "table")
+        except pyoffload.UnsupportedError:
+            pytest.skip(f"{device.id} cannot expose a global's address")
+        info = pyoffload.mem_info(addr + 8)
+        assert (info.base, info.size, info.offset) == (addr, size, 8)
+        assert info.context is prog.context and not info.allocation.owned
+        out = np.zeros(16, np.int32)
+        pyoffload.memcpy(out, addr, 64)
+        assert list(out) == list(range(16))
+        with pytest.raises(OffloadError):
+            pyoffload.free(addr)
+    with pytest.raises(OffloadError) as err:
+        pyoffload.mem_info(addr)
+    assert err.value.errc is Errc.NOT_FOUND
