@@ -4,7 +4,12 @@ A backend is a module (or object) with functions marked ``@hookimpl`` named afte
 specifications in :mod:`pyoffload.hookspecs`, and a module attribute ``HOOK_API`` naming the
 version of the contract it was written for::
 
-    from pyoffload.backend import HOOK_API, hookimpl   # HOOK_API: declare the version you target
+    from pyoffload.backend import hookimpl
+
+    HOOK_API = (1, 0)   # the contract's version you wrote the backend for: a literal, not an import
+
+(Importing ``pyoffload.backend.HOOK_API`` would always claim the installed runtime's version, so the
+check could never refuse the backend.)
 
 It is registered in the ``pyoffload.plugins`` entry-point group::
 

@@ -20,7 +20,7 @@ PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 . .venv/bin/activate
 python -m pip install -q --upgrade pip >/dev/null
-python -m pip install -q -e ".[test]"
+python -m pip install -q -e ".[test,docs]"
 # PyTorch's CPU build for the DLPack interop tests (a local wheel on these machines; the tests
 # skip where it cannot be installed).
 python -m pip install -q torch==2.13.0 >/dev/null 2>&1 || echo "setup: torch 2.13.0 not installable here; the torch interop tests will skip" >&2

@@ -19,12 +19,14 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pyoffload.backend import (HOOK_API, AllocKind, BackendError, DeviceDesc, DeviceType, InitFini, MemAdvice,
+from pyoffload.backend import (AllocKind, BackendError, DeviceDesc, DeviceType, InitFini, MemAdvice,
                                MemoryConnection, NoDevicesError, PlatformDesc, SymbolDesc, SymbolKind,
                                UnsupportedError, hookimpl)
 
 from . import codeobject, conformance, driver, kernargs
 from .driver import call
+
+HOOK_API = (1, 0)  # the version of pyoffload's hook contract this backend implements
 
 __all__ = ["HOOK_API"]
 

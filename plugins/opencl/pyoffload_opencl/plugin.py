@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 from pyoffload.backend import (
-    HOOK_API,
     AllocKind,
     DeviceDesc,
     DeviceType,
@@ -37,6 +36,8 @@ from pyoffload.backend import (
 from . import images, launch, state, svm
 from .errors import check_status, driver_call, translate
 from .handles import SVM_FINE_GRAIN_SYSTEM, OclContext, OclDevice, OclEvent, OclKernel, OclProgram, OclQueue
+
+HOOK_API = (1, 0)  # the version of pyoffload's hook contract this backend implements
 
 __all__ = ["HOOK_API"]
 
