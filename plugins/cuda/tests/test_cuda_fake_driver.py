@@ -82,8 +82,10 @@ def test_device_addresses_are_not_host_memory(drv, ctxs):
     assert address_space().contains(int(a))
     host = np.zeros(64, np.uint8)
     assert not address_space().contains(host.ctypes.data)
-    with pytest.raises(drv.LogicError):
-        drv.register_host_memory(np.ctypeslib.as_array((np.ctypeslib.ctypes.c_ubyte * 64).from_address(int(a))))
+    import ctypes
+
+    assert drv.libcuda.cuMemHostRegister_v2(ctypes.c_void_p(int(a)), ctypes.c_size_t(64), ctypes.c_uint(3)) != 0
+    assert kinds(drv) == ["bad-argument"]
     a.free()
     drv.Context.pop()
 
@@ -224,14 +226,17 @@ def test_nothing_leaks_after_clean_release(drv, ctxs):
 
 
 def test_registering_twice_is_refused(drv, ctxs):
+    import ctypes
+
     ctxs[0].push()
     buf = np.zeros(4096, np.uint8)
     reg = drv.register_host_memory(buf, 3)
     assert reg.base.get_device_pointer() == buf.ctypes.data
-    with pytest.raises(drv.LogicError, match="already mapped"):
-        drv.register_host_memory(buf[100:200], 3)
+    inner = (ctypes.c_void_p(buf.ctypes.data + 100), ctypes.c_size_t(100), ctypes.c_uint(3))
+    assert drv.libcuda.cuMemHostRegister_v2(*inner) == 712  # already mapped
     reg.base.unregister()
-    drv.register_host_memory(buf[100:200], 3).base.unregister()
+    assert drv.libcuda.cuMemHostRegister_v2(*inner) == 0
+    assert drv.libcuda.cuMemHostUnregister(inner[0]) == 0
     drv.Context.pop()
 
 
@@ -277,3 +282,98 @@ def test_the_fake_reads_parameter_layouts_and_initial_values(built):
         assert np.frombuffer(image.globals["table"], np.int32).tolist() == list(range(16))
     pi = read_ptx(b".version 8.0\n.target sm_75\n.address_size 64\n.global .align 4 .f32 pi = 0f40490FDB;\n")
     assert np.frombuffer(pi.globals["pi"], np.float32)[0] == pytest.approx(3.14159265)
+
+
+def test_register_host_memory_refuses_arrays_with_a_base(drv, ctxs):
+    ctxs[0].push()
+    buf = np.zeros(4096, np.uint8)
+    with pytest.raises(SystemError, match="'base' dependency more than once"):
+        drv.register_host_memory(buf[:1024], 3)  # a slice has its array as base
+    assert kinds(drv) == ["array-base"] and drv.memory.find_live(buf.ctypes.data) is None
+    drv.Context.pop()
+
+
+def test_raw_registration_through_the_driver_library(drv, ctxs):
+    import ctypes
+
+    lib = drv.libcuda
+    buf = np.zeros(4096, np.uint8)
+    p, n = ctypes.c_void_p(buf.ctypes.data), ctypes.c_size_t(4096)
+    assert lib.cuMemHostRegister_v2(p, n, ctypes.c_uint(3)) == 201  # no current context
+    ctxs[0].push()
+    assert lib.cuMemHostRegister_v2(p, n, ctypes.c_uint(3)) == 0
+    assert lib.cuMemHostRegister_v2(ctypes.c_void_p(buf.ctypes.data + 64), ctypes.c_size_t(64), 3) == 712
+    mapped = ctypes.c_uint64()
+    assert lib.cuMemHostGetDevicePointer_v2(ctypes.byref(mapped), p, 0) == 0 and mapped.value == buf.ctypes.data
+    assert lib.cuMemHostUnregister(p) == 0
+    assert lib.cuMemHostUnregister(p) == 713
+    drv.Context.pop()
+
+
+def test_releases_need_the_context_current_or_its_own_thread(drv, ctxs):
+    import threading
+
+    c0 = ctxs[0]
+    c0.push()
+    a, b = drv.mem_alloc(64), drv.mem_alloc(64)
+    events = [drv.Event(), drv.Event()]
+    drv.Context.pop()
+    errors = []
+
+    def elsewhere() -> None:
+        try:
+            a.free()
+        except drv.LogicError as exc:
+            errors.append(str(exc))
+        events.pop()  # collected here, with no context current: pycuda cannot destroy it
+        c0.push()  # with the context current, releases work on any thread
+        b.free()
+        events.pop()
+        drv.Context.pop()
+
+    worker = threading.Thread(target=elsewhere)
+    worker.start()
+    worker.join()
+    assert len(errors) == 1 and "cannot activate out-of-thread context" in errors[0]
+    assert kinds(drv) == ["out-of-thread", "out-of-thread"]
+    assert drv.memory.find_live(int(a)) is not None and drv.memory.find_live(int(b)) is None
+    a.free()  # on the thread that retained the context: fine
+
+
+def test_queries_are_not_ready_until_work_is_due(drv, ctxs, built):
+    ctxs[0].push()
+    out = drv.mem_alloc(8)
+    spin = drv.module_from_buffer(built["ptx"]["kernels"]).get_function("_Z10sleep_spinPll").prepare("Qq")
+    s = drv.Stream()
+    start, end = drv.Event(), drv.Event()
+    start.record(s)
+    spin.prepared_async_call((1, 1), (1, 1, 1), s, int(out), 10_000_000)  # 10 ms
+    end.record(s)
+    assert not end.query() and not s.is_done()
+    end.synchronize()
+    assert end.query() and s.is_done()
+    assert start.time_till(end) >= 10.0
+    out.free()
+    drv.Context.pop()
+
+
+def test_the_pytest_plugin_fails_a_run_that_leaks(tmp_path):
+    """With PYOFFLOAD_CUDA_DRIVER=fake, a session whose tests all pass still fails when the fake
+    driver saw a violation or a leak."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "test_leak.py").write_text(
+        "import pyoffload\n"
+        "def test_leaks_pinned_memory():\n"
+        "    from pyoffload_cuda import plugin\n"
+        "    dev = [d for d in pyoffload.devices() if d.backend == 'cuda'][0]\n"
+        "    dev.handle.context().push()\n"
+        "    globals()['kept'] = plugin._devices[0].cuda.mem_alloc(64)\n"
+        "    plugin._devices[0].cuda.Context.pop()\n")
+    env = dict(os.environ, PYOFFLOAD_CUDA_DRIVER="fake", PYOFFLOAD_PLUGINS="cuda")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert "1 passed" in proc.stdout and proc.returncode == 1, proc.stdout + proc.stderr
+    assert "fake CUDA driver" in proc.stdout and "leak:" in proc.stdout

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import struct
+import threading
 
 import numpy as np
 import pytest
@@ -284,3 +287,82 @@ def _read(alloc):
     buf = bytearray(alloc.size)
     pyoffload.memcpy(buf, alloc)
     return bytes(buf)
+
+
+# -- behaviours of the real pycuda on a GPU that the fake models ----------------------------
+
+
+def test_lock_pins_memory_whose_array_has_a_base(fake_runtime, driver):
+    """pycuda's register_host_memory refuses arrays with a base (SystemError from numpy), and
+    every wrapper of foreign memory has one: the plugin pins the raw range instead."""
+    d0, _ = fake_runtime
+    buf = np.zeros(4096, np.uint8)
+    view = np.ctypeslib.as_array((ctypes.c_ubyte * 1024).from_address(buf.ctypes.data + 1024))
+    assert view.base is not None
+    assert d0.lock(view) == view.ctypes.data
+    assert [r.kind for r in driver.memory.live() if r.base == view.ctypes.data] == ["registered"]
+    d0.unlock(view)
+    assert driver.memory.find_live(view.ctypes.data) is None
+    assert driver.violations == []
+
+
+def test_releases_on_threads_where_the_context_is_not_current(fake_runtime, monkeypatch):
+    """pycuda releases an object only where its context is current or on the thread that made
+    the context; elsewhere it refuses and leaks.  Frees, unpinning and event releases happen on
+    any thread."""
+    from pyoffload_cuda import plugin
+
+    pyoffload.shutdown()
+    monkeypatch.setenv("PYOFFLOAD_POOL_THRESHOLD", "0")  # every free reaches the driver at once
+    d0 = next(d for d in pyoffload.devices() if d.backend == "cuda")
+    driver = plugin._devices[0].cuda
+    allocs = [d0.alloc(64, kind) for kind in AllocKind]
+    buf = np.zeros(256, np.uint8)
+    d0.lock(buf)
+    q = d0.create_queue(profiling=True)
+    events = [q.record() for _ in range(3)]
+    q.wait()
+
+    def elsewhere() -> None:
+        for a in allocs:
+            a.free()
+        d0.unlock(buf)
+        events.clear()  # the generic layer releases their driver events here
+        gc.collect()
+
+    worker = threading.Thread(target=elsewhere)
+    worker.start()
+    worker.join()
+    q.destroy()
+    pyoffload.shutdown()
+    assert [v for v in driver.violations if v[0] == "out-of-thread"] == []
+    assert driver.leaks == []
+
+
+def test_a_prepared_launch_does_not_keep_its_stream(fake_runtime, driver):
+    """A prepared launch outliving its queue must not hold the pycuda Stream: it would be
+    destroyed wherever the prepared launch is collected, where pycuda cannot."""
+    d0, _ = fake_runtime
+    with d0.load_program(images(d0)["kernels"]) as prog:
+        q = d0.create_queue()
+        prepared = [q.prepare(prog.kernel("noop"), 1, 1, [])]
+        prepared[0]()
+        q.destroy()
+        worker = threading.Thread(target=lambda: (prepared.clear(), gc.collect()))
+        worker.start()
+        worker.join()
+    assert driver.violations == []
+
+
+def test_queries_answer_not_ready_while_work_runs(fake_runtime):
+    d0, _ = fake_runtime
+    out = d0.alloc(8)
+    with d0.load_program(images(d0)["kernels"]) as prog, d0.create_queue(profiling=True) as q:
+        start = q.record()
+        q.launch(prog.kernel("sleep_spin"), 1, 1, [out, np.int64(20_000_000)])  # 20 ms on the fake
+        end = q.record()
+        assert not end.is_complete and not q.query()
+        end.wait()
+        assert end.is_complete and q.query()
+        assert end.elapsed_ms(start) >= 19.0
+    out.free()

@@ -50,6 +50,7 @@ import numpy as np
 from ..images import ImageFormat, InvalidBinaryError, demangle, detect_format, fatbin_entries
 from . import kernels as emu
 from .images import FakeImage, param_bytes, param_offsets, read_cubin, read_ptx
+from .libcuda import FakeLibcuda
 from .memory import Access, MemoryMap, Region, address_space, region_view
 
 # cuGetErrorString() texts, as pycuda puts them in its messages.
@@ -75,6 +76,10 @@ MAX_THREADS_PER_BLOCK = 1024
 MAX_BLOCK = (1024, 1024, 64)
 MAX_GRID = (2**31 - 1, 65535, 65535)
 MAX_SHARED_PER_BLOCK = 48 * 1024
+# How long work takes on the fake's timeline (seconds): a launch, plus what its emulation says;
+# a copy or fill.
+KERNEL_TIME = 20e-6
+COPY_TIME = 5e-6
 
 
 class FakeDriverWarning(UserWarning):
@@ -106,6 +111,8 @@ FUNCTION_ATTRIBUTES = {"MAX_THREADS_PER_BLOCK": 0, "SHARED_SIZE_BYTES": 1, "CONS
 class FakeDriver:
     """One fake driver instance: its own devices, contexts and memory map."""
 
+    instances: list[FakeDriver] = []  # those the plugin used (from_environment), for the pytest plugin
+
     def __init__(self, devices: int = 2, arch: str = "sm_80", memory: int = 1 << 30, peer: bool = True,
                  driver_version: int = 13000) -> None:
         if devices < 0:
@@ -125,20 +132,25 @@ class FakeDriver:
         self._tls = threading.local()
         self._contexts: dict[int, Any] = {}
         self._seq = itertools.count(1)
-        self._pending: list[tuple[int, Any, Callable[[], None]]] = []  # (seq, context, op)
+        self._pending: list[tuple[int, Any, Callable[[], None], float, int]] = []  # (seq, context, op, due, id(stream))
         self._done_seq = 0
+        self._due = 0.0  # when the last queued operation completes
+        self.now = 0.0  # the due time of the operation that ran last (events take it as timestamp)
         self._used = [0] * devices
         self._build_namespace()
+        self.libcuda = FakeLibcuda(self)  # not pycuda: the driver library the plugin calls through ctypes
 
     @classmethod
     def from_environment(cls) -> FakeDriver:
         env = os.environ
-        return cls(
+        drv = cls(
             devices=int(env.get("PYOFFLOAD_CUDA_FAKE_DEVICES", "2")),
             arch=env.get("PYOFFLOAD_CUDA_FAKE_ARCH", "sm_80"),
             memory=int(env.get("PYOFFLOAD_CUDA_FAKE_MEMORY", str(1 << 30))),
             peer=env.get("PYOFFLOAD_CUDA_FAKE_PEER", "1") not in ("0", ""),
         )
+        cls.instances.append(drv)
+        return drv
 
     # ------------------------------------------------------------------------------------
     # Errors and bookkeeping
@@ -241,17 +253,28 @@ class FakeDriver:
     # Lazy stream work
     # ------------------------------------------------------------------------------------
 
-    def enqueue(self, ctx: Any, op: Callable[[], None]) -> int:
+    def enqueue(self, ctx: Any, op: Callable[[], None], duration: float = 0.0, stream: Any = None) -> int:
+        """Queue ``op``; it is due ``duration`` seconds after the work before it (one timeline
+        for all streams), so queries answer "not ready" while it would still run."""
         with self.lock:
             seq = next(self._seq)
-            self._pending.append((seq, ctx, op))
+            self._due = max(self._due, time.perf_counter()) + duration
+            # The stream by id: holding it would move its destruction to whichever thread drains.
+            self._pending.append((seq, ctx, op, self._due, id(stream)))
             return seq
 
-    def drain(self, upto: int | None = None) -> None:
-        """Run pending work in order, up to and including ``upto`` (all when ``None``)."""
+    def drain(self, upto: int | None = None, wait: bool = True) -> None:
+        """Run pending work in order, up to and including ``upto`` (all when ``None``): waiting
+        until each operation is due, or (``wait=False``, a query) only what is due already."""
         with self.lock:
             while self._pending and (upto is None or self._pending[0][0] <= upto):
-                seq, ctx, op = self._pending.pop(0)
+                seq, ctx, op, due, _stream = self._pending[0]
+                if due > time.perf_counter():
+                    if not wait:
+                        return
+                    time.sleep(max(0.0, due - time.perf_counter()))
+                self._pending.pop(0)
+                self.now = due
                 if ctx.sticky is None and ctx.alive:
                     try:
                         op()
@@ -338,16 +361,33 @@ class FakeDriver:
             if not ary.flags.c_contiguous:
                 raise self.fail(self.LogicError, "register_host_memory", INVALID_VALUE,
                                 "ary argument is not contiguous", "bad-argument")
-            base, size = int(ary.ctypes.data), int(ary.nbytes)
-            if address_space().contains(base):
-                raise self.fail(self.LogicError, routine, INVALID_VALUE, "that is device memory", "bad-argument")
-            clash = self.memory.find_live(base, size)
-            if clash is not None:
-                raise self.fail(self.LogicError, routine, ALREADY_MAPPED, clash.describe(), "double-register")
-            region = Region(base, size, "registered", ctx, keepalive=ary)
-            self.memory.add(region)
+            if ary.base is not None:
+                # pycuda makes the registration the base of a new array over the same memory;
+                # numpy refuses when that array already inherited a base from ``ary``.
+                self.violations.append(("array-base", "register_host_memory: the array has a base"))
+                raise SystemError("Cannot set the NumPy array 'base' dependency more than once")
+            region = self._register(routine, ctx, int(ary.ctypes.data), int(ary.nbytes), ary)
             holder = self.RegisteredHostMemory(region, flags)
             return holder._array(ary.shape, ary.dtype, "C")
+
+    def _register(self, routine: str, ctx: Any, base: int, size: int, keepalive: Any) -> Region:
+        if address_space().contains(base):
+            raise self.fail(self.LogicError, routine, INVALID_VALUE, "that is device memory", "bad-argument")
+        clash = self.memory.find_live(base, size)
+        if clash is not None:
+            raise self.fail(self.LogicError, routine, ALREADY_MAPPED, clash.describe(), "double-register")
+        region = Region(base, size, "registered", ctx, keepalive=keepalive)
+        self.memory.add(region)
+        return region
+
+    def activate(self, ctx: Any, routine: str) -> None:
+        """pycuda's ``scoped_context_activation`` before it releases an object of ``ctx``: fine
+        where ``ctx`` is current, or on the thread that retained it (pycuda pushes it there);
+        anywhere else pycuda refuses, and an object collected there leaks."""
+        stack = self._stack()
+        if ctx.alive and not (stack and stack[-1] is ctx) and ctx.thread != threading.get_ident():
+            raise self.fail(self.LogicError, routine, "cannot activate out-of-thread context",
+                            f"{ctx!r} was retained on another thread and is not current here", "out-of-thread")
 
     # -- copies and fills -------------------------------------------------------------------
 
@@ -358,7 +398,8 @@ class FakeDriver:
             stream._check_alive(routine)
             self._check_same(routine, stream, ctx, "the stream")
 
-    def _submit(self, routine: str, ctx: Any, stream: Any, op: Callable[[], None], sync: bool) -> None:
+    def _submit(self, routine: str, ctx: Any, stream: Any, op: Callable[[], None], sync: bool,
+                duration: float = COPY_TIME) -> None:
         """Enqueue ``op``; a synchronous call (legacy stream semantics) waits for all earlier
         work of the context first and completes before returning."""
         if sync:
@@ -366,7 +407,7 @@ class FakeDriver:
             ctx.check(routine)
             op()
         else:
-            self.enqueue(ctx, op)
+            self.enqueue(ctx, op, duration, stream)
 
     @staticmethod
     def _host_bytes(buf: Any, routine: str, writable: bool) -> memoryview:
@@ -617,6 +658,7 @@ class _Context:
 
     def __init__(self, device_index: int) -> None:
         self.device_index = device_index
+        self.thread = threading.get_ident()  # pycuda remembers the thread a context was made on
         self.retains = 0
         self.alive = True
         self.sticky: Exception | None = None
@@ -739,14 +781,20 @@ class _Stream:
             drv.drain()
             self._ctx.check("cuStreamSynchronize")
 
+    def __del__(self) -> None:
+        try:
+            self._drv.activate(self._ctx, "cuStreamDestroy")
+        except Exception:
+            pass  # recorded as a violation; the stream leaks
+
     def is_done(self) -> bool:
         drv = self._drv
         with drv.lock:
             drv._use("cuStreamQuery")
             self._ctx.check("cuStreamQuery")
-            drv.drain()  # the GPU makes progress on its own
+            drv.drain(wait=False)  # what is due has run, as on a GPU
             self._ctx.check("cuStreamQuery")
-            return True
+            return not any(p[4] == id(self) for p in drv._pending)
 
 
 class _Event:
@@ -770,10 +818,14 @@ class _Event:
             drv._stream_ctx(routine, stream, ctx)
             self._time = None
 
-            def op() -> None:
-                self._time = time.perf_counter()
+            me = weakref.ref(self)  # the queued record must not keep the event alive
 
-            self._seq = drv.enqueue(ctx, op)
+            def op() -> None:
+                event = me()
+                if event is not None:
+                    event._time = drv.now
+
+            self._seq = drv.enqueue(ctx, op, stream=stream)
         return self
 
     def _check_ctx(self, routine: str, ctx: Any) -> None:
@@ -794,9 +846,10 @@ class _Event:
         with drv.lock:
             drv._use("cuEventQuery")
             self._ctx.check("cuEventQuery")
-            if self._seq is not None:
-                drv.drain(self._seq)  # progress, as on a GPU
-            return True
+            if self._seq is None:
+                return True
+            drv.drain(self._seq, wait=False)  # what is due has run, as on a GPU
+            return drv.completed(self._seq)
 
     def time_till(self, event: Any) -> float:
         drv = self._drv
@@ -813,6 +866,12 @@ class _Event:
 
     def time_since(self, event: Any) -> float:
         return event.time_till(self)
+
+    def __del__(self) -> None:
+        try:
+            self._drv.activate(self._ctx, "cuEventDestroy")
+        except Exception:
+            pass  # recorded as a violation; the event leaks
 
 
 class _DeviceAllocation:
@@ -832,6 +891,7 @@ class _DeviceAllocation:
         if not self._valid:
             raise drv.fail(drv.LogicError, "device_allocation::free", INVALID_HANDLE, "already freed", "double-free")
         drv._use("cuMemFree")
+        drv.activate(self._region.context, "cuMemFree")
         self._valid = False
         drv._release_region(self._region)
 
@@ -874,6 +934,7 @@ class _HostMemory:
         if not self._valid:
             raise drv.fail(drv.LogicError, routine, INVALID_HANDLE, "already released", "double-free")
         drv._use(routine)
+        drv.activate(self._region.context, routine)
         self._valid = False
         drv._release_region(self._region)
 
@@ -946,9 +1007,10 @@ class _Module:
         return region.base, region.size
 
     def __del__(self) -> None:
-        # cuModuleUnload: the module's globals go with it.
+        # cuModuleUnload: the module's globals go with it (unless pycuda cannot activate the context).
         try:
             drv = self._drv
+            drv.activate(self._ctx, "cuModuleUnload")
             with drv.lock:
                 for region in self._globals.values():
                     if not region.freed:
@@ -1037,7 +1099,8 @@ class _Function:
                     assert module is not None
                     fn(memory, launch)
 
-            drv._submit(routine, ctx, stream, return_op, sync=False)
+            duration = KERNEL_TIME + (emu.duration(launch) if fn is not None else 0.0)
+            drv._submit(routine, ctx, stream, return_op, sync=False, duration=duration)
 
 
 class _LaunchMemory(emu.Memory):

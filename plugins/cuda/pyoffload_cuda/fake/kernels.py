@@ -166,6 +166,13 @@ EMULATIONS: dict[str, Callable[[Memory, Launch], None]] = {
 }
 
 
+def duration(launch: Launch) -> float:
+    """Seconds the kernel runs beyond a launch's fixed cost: sleep_spin spins 1 ns per iteration."""
+    if launch.name == "sleep_spin" and len(launch.args) == 2 and len(launch.args[1]) == 8:
+        return max(0, struct.unpack("<q", launch.args[1])[0]) * 1e-9
+    return 0.0
+
+
 def emulation_for(name: str, globals_: dict[str, int]) -> Callable[[Memory, Launch], None] | None:
     """The emulation of kernel ``name``, if the module has the globals it uses."""
     fn = EMULATIONS.get(name)
