@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 from typing import Any
 
@@ -48,6 +49,13 @@ def load_driver() -> Any:
     except Exception as exc:  # a broken install can raise anything at import
         raise NoDevicesError(f"pycuda.driver failed to import: {type(exc).__name__}: {exc}") from exc
     return cuda
+
+
+def driver_library(cuda: Any) -> Any:
+    """``libcuda.so.1`` itself, for what pycuda binds badly: the library pycuda loaded (dlopen by
+    soname returns it), or the fake driver's stand-in."""
+    fake = getattr(cuda, "libcuda", None)
+    return fake if fake is not None else ctypes.CDLL("libcuda.so.1")
 
 
 # Substrings of cuGetErrorString() texts (pycuda formats errors as "<call> failed: <text>").

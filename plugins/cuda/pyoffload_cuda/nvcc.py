@@ -1,9 +1,6 @@
-"""nvcc: building CUDA C++ into images, for ``compile_impl`` and the conformance programs.
-
-The conformance programs are built at run time from the sources shipped in
-``pyoffload_cuda/kernels``; nothing prebuilt is committed.  Built bytes are cached per process.
-``PYOFFLOAD_CUDA_CONFORMANCE_FORMAT`` picks ``ptx`` (default: JIT-compiled by the driver, so one
-image serves any newer GPU), ``cubin`` or ``fatbin`` (cubin + PTX, uncompressed).
+"""nvcc: CUDA C++ into images, for ``compile_impl`` and the conformance programs (built at run
+time from ``pyoffload_cuda/kernels``, cached per process).  ``PYOFFLOAD_CUDA_CONFORMANCE_FORMAT``
+picks ``ptx`` (default: the driver JIT-compiles it for any newer GPU), ``cubin`` or ``fatbin``.
 """
 
 from __future__ import annotations

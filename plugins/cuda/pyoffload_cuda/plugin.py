@@ -1,19 +1,11 @@
-"""The CUDA backend's hook implementations (hook contract v1), on pycuda's ``pycuda.driver``.
+"""The CUDA backend's hook implementations (hook contract v1), on pycuda's ``pycuda.driver``
+(or the fake one, ``PYOFFLOAD_CUDA_DRIVER=fake``), imported by ``init_impl``, never at import.
 
-Importing this module never touches the driver: ``init_impl`` imports the binding (the real
-``pycuda.driver``, or the fake one with ``PYOFFLOAD_CUDA_DRIVER=fake``) and raises
-``NoDevicesError`` with the loader's or the driver's reason when there is nothing to use.
-
-Contexts: each device's *primary* context, retained lazily (retaining initialises the GPU) and
-made current around each driver call only where it is not current already, so the plugin never
-leaves a context current on an application's thread and works from any thread.  pycuda ties
-its objects to the thread that retained the context: an event, stream, module or allocation
-released on another thread must find its context current there, so every release happens
-inside :func:`call`.
-
-Not provided, because pycuda has no binding for them (the generic defaults apply):
-stream-ordered allocation, managed-memory prefetch and advice, "is this pointer already pinned",
-and host functions (cuLaunchHostFunc: the generic layer runs them).
+Each device's *primary* context, retained lazily, is made current around each driver call only
+where it is not current already (:func:`call`).  pycuda releases an object only where its context
+is current or on the thread that retained it, so every release happens inside :func:`call` too.
+Not provided, for lack of a pycuda binding (the generic defaults apply): stream-ordered
+allocation, managed-memory hints, "is this pointer pinned already" and host functions.
 """
 
 from __future__ import annotations
@@ -44,7 +36,7 @@ from pyoffload.backend import (
 )
 
 from . import nvcc
-from .binding import driver_mode, load_driver, translate
+from .binding import driver_library, driver_mode, load_driver, translate
 from .images import ImageFormat, demangle, detect_format, image_symbols
 
 __all__ = ["HOOK_API"]
@@ -57,9 +49,7 @@ class CudaDevice:
     """A device, its primary context (retained on first use) and the attributes hooks read."""
 
     def __init__(self, cuda: Any, ordinal: int) -> None:
-        self.cuda = cuda
-        self.ordinal = ordinal
-        self.dev = cuda.Device(ordinal)
+        self.cuda, self.dev = cuda, cuda.Device(ordinal)
         self.name = str(self.dev.name())
         major, minor = self.dev.compute_capability()
         self.sm = major * 10 + minor
@@ -94,8 +84,8 @@ def call(device: CudaDevice, what: str, fn: Callable[..., Any], *args: Any, **kw
 
 
 _devices: list[CudaDevice] = []  # between init_impl and deinit_impl
-# Address -> the pycuda object that owns the memory (allocations) or pins it (locked host ranges);
-# single dict operations are atomic, so threads need no lock of ours.
+# Address -> the pycuda object that owns the memory; single dict operations are atomic, so
+# threads need no lock of ours.
 _owners: dict[int, Any] = {}
 
 
@@ -217,8 +207,8 @@ def data_alloc_impl(context: Any, device: CudaDevice | None, size: int, kind: Al
 
 @hookimpl
 def data_free_impl(context: Any, device: CudaDevice | None, ptr: int, kind: AllocKind) -> None:
-    obj = _owners.pop(ptr)
-    owner = obj.base if isinstance(obj, np.ndarray) else obj  # host kinds: the array's base owns the memory
+    owner = _owners.pop(ptr)
+    owner = owner.base if isinstance(owner, np.ndarray) else owner  # host kinds: the array's base owns it
     call(device or context[0], f"freeing {kind.name} memory at 0x{ptr:x}", owner.free)
 
 
@@ -235,13 +225,12 @@ def data_retrieve_impl(device: CudaDevice, queue: CudaQueue, dst: memoryview, sr
 @hookimpl
 def data_exchange_impl(src_device: CudaDevice, src: int, dst_device: CudaDevice, dst: int, size: int,
                        queue: CudaQueue) -> None:
-    cuda = dst_device.cuda
     if src < dst + size and dst < src + size:
         raise UnsupportedError("cuMemcpy* does not copy overlapping ranges")
     if src_device is dst_device:
-        call(queue.device, "copying on a device", cuda.memcpy_dtod_async, dst, src, size, queue.stream)
+        call(queue.device, "copying on a device", dst_device.cuda.memcpy_dtod_async, dst, src, size, queue.stream)
     else:
-        call(queue.device, "copying between devices", cuda.memcpy_peer_async, dst, src, size,
+        call(queue.device, "copying between devices", dst_device.cuda.memcpy_peer_async, dst, src, size,
              dst_device.context(), src_device.context(), queue.stream)
 
 
@@ -254,22 +243,35 @@ def data_fill_impl(device: CudaDevice, queue: CudaQueue, ptr: int, pattern: byte
     call(device, f"filling {size} bytes", fill, ptr, int.from_bytes(pattern, "little"), size // width, queue.stream)
 
 
+def _libcuda(device: CudaDevice, name: str, *args: Any) -> None:
+    """``name(*args)`` from the driver library itself, raising the binding's error on failure."""
+    lib = driver_library(device.cuda)
+    code = getattr(lib, name)(*args)
+    if code:
+        text = ctypes.c_char_p()
+        lib.cuGetErrorString(code, ctypes.byref(text))
+        raise device.cuda.Error(f"{name} failed: {(text.value or b'unknown error').decode()}")
+
+
 @hookimpl
 def data_lock_impl(device: CudaDevice, ptr: int, size: int) -> int:
-    cuda = device.cuda
-    # pycuda registers numpy arrays: view the range as one (it does not own the memory).
-    array = np.ctypeslib.as_array((ctypes.c_ubyte * size).from_address(ptr))
-    flags = int(cuda.mem_host_register_flags.DEVICEMAP) | int(cuda.mem_host_register_flags.PORTABLE)
-    registered = call(device, f"pinning {size} bytes at 0x{ptr:x}", cuda.register_host_memory, array, flags)
-    dptr = int(registered.base.get_device_pointer())
-    _owners[ptr] = registered
-    return dptr
+    # pycuda's register_host_memory refuses numpy arrays with a base, and every wrapper of memory
+    # it did not allocate has one: register the raw range with the driver library pycuda loaded.
+    flags = int(device.cuda.mem_host_register_flags.DEVICEMAP) | int(device.cuda.mem_host_register_flags.PORTABLE)
+    what, address = f"pinning {size} bytes at 0x{ptr:x}", ctypes.c_void_p(ptr)
+    call(device, what, _libcuda, device, "cuMemHostRegister_v2", address, ctypes.c_size_t(size), ctypes.c_uint(flags))
+    mapped = ctypes.c_uint64()
+    try:
+        call(device, what, _libcuda, device, "cuMemHostGetDevicePointer_v2", ctypes.byref(mapped), address, 0)
+    except OffloadError:
+        data_unlock_impl(device, ptr)
+        raise
+    return mapped.value
 
 
 @hookimpl
 def data_unlock_impl(device: CudaDevice, ptr: int) -> None:
-    registered = _owners.pop(ptr)
-    call(device, f"unpinning 0x{ptr:x}", registered.base.unregister)
+    call(device, f"unpinning 0x{ptr:x}", _libcuda, device, "cuMemHostUnregister", ctypes.c_void_p(ptr))
 
 
 # -- programs and kernels -----------------------------------------------------------------
@@ -279,8 +281,7 @@ class CudaProgram:
     """A loaded module.  ``names`` maps each kernel's listed name to its symbol: a C++ kernel
     is listed under its plain name (``iota_i32`` for ``_Z8iota_i32Piii``) unless overloaded."""
 
-    def __init__(self, device: CudaDevice, module: Any, kernels: Sequence[str], globals_: dict[str, int]) -> None:
-        self.device = device
+    def __init__(self, module: Any, kernels: Sequence[str], globals_: dict[str, int]) -> None:
         self.module = module
         self.globals = globals_
         plain = [d[0] if (d := demangle(k)) else k for k in kernels]
@@ -295,8 +296,7 @@ class CudaKernel:
         self.program = program
         self.symbol = symbol
         self.function = function
-        found = demangle(symbol)
-        self.signature = found[1] if found else None
+        self.signature = (demangle(symbol) or ("", None))[1]
         self.prepared: dict[int, Any] = {}
 
 
@@ -318,7 +318,7 @@ def load_binary_impl(context: Any, device: CudaDevice, image: bytes) -> CudaProg
         if fmt is ImageFormat.PTX:  # the driver JIT-compiles PTX: any failure to load it is a build failure
             raise CompileError(str(exc), build_log="".join(log)) from exc
         raise
-    return CudaProgram(device, module, syms.kernels, syms.globals)
+    return CudaProgram(module, syms.kernels, syms.globals)
 
 
 @hookimpl
@@ -427,8 +427,8 @@ def launch_prepare_impl(device: CudaDevice, queue: CudaQueue, kernel: CudaKernel
                         block: tuple[int, int, int], args: tuple[int, tuple[bytes], int]) -> Callable[[], None]:
     size, params, shared = args
     launch = (kernel.prepared.get(size) or _prepare(device, kernel, size)).prepared_async_call
-    stream = queue.stream
-    return lambda: call(device, "launching a kernel", launch, grid, block, stream, *params, shared_size=shared)
+    # The stream is read at each call: a prepared launch must not keep it past queue_destroy_impl.
+    return lambda: call(device, "launching a kernel", launch, grid, block, queue.stream, *params, shared_size=shared)
 
 
 @hookimpl

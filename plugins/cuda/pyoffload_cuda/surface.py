@@ -19,7 +19,7 @@ def _n(count: int) -> list[Call]:
 
 MODULE_FUNCTIONS: dict[str, list[Call]] = {
     "init": _n(0), "get_driver_version": _n(0), "mem_alloc": _n(1), "pagelocked_empty": _n(4),
-    "managed_empty": _n(4), "register_host_memory": _n(2), "memcpy_htod_async": _n(3),
+    "managed_empty": _n(4), "memcpy_htod_async": _n(3),
     "memcpy_dtoh_async": _n(3), "memcpy_dtod_async": _n(4), "memcpy_peer_async": _n(6),
     "memset_d8_async": _n(4), "memset_d16_async": _n(4), "memset_d32_async": _n(4),
     "module_from_buffer": _n(3),
@@ -42,7 +42,6 @@ INSTANCE_METHODS: dict[str, dict[str, list[Call]]] = {
     "DeviceAllocation": {"free": _n(0), "__int__": _n(0)},
     "HostAllocation": {"get_device_pointer": _n(0), "free": _n(0)},
     "ManagedAllocation": {"free": _n(0)},
-    "RegisteredHostMemory": {"get_device_pointer": _n(0), "unregister": _n(0)},
     "Module": {"get_function": _n(1), "get_global": _n(1)},
     # prepared_async_call(grid, block, stream, *params, shared_size=...): one packed buffer or none.
     "Function": {"prepare": _n(1), "get_attribute": _n(1),
