@@ -28,6 +28,7 @@ from typing import Any
 
 from pyoffload.backend import CompileError, InvalidBinaryError, UnsupportedError
 
+from . import poclbin
 from .handles import OclDevice
 
 # OpenCL C 2.0 gives program-scope variables and generic pointers; kernel-arg-info makes
@@ -162,6 +163,8 @@ def build(context: Any, device: OclDevice, image: bytes) -> Any:
     if fmt == "spir":
         check_spir_target(image, device)
         options = SPIR_OPTIONS
+    elif image.startswith(_POCL_MAGIC):
+        poclbin.check(image)  # PoCL trusts every length in it: a corrupt one would abort the process
     elif fmt == "spirv" and not device.il_version:
         raise UnsupportedError(f"device {device.name!r} does not accept SPIR-V (no IL version)")
     try:
