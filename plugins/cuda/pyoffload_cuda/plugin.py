@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 
 from pyoffload.backend import (
-    HOOK_API,
     AllocKind,
     CompileError,
     DeviceDesc,
@@ -38,6 +37,8 @@ from pyoffload.backend import (
 from . import nvcc
 from .binding import driver_library, driver_mode, load_driver, translate
 from .images import ImageFormat, demangle, detect_format, image_symbols
+
+HOOK_API = (1, 0)  # the version of pyoffload's hook contract this backend implements (a literal, not an import)
 
 __all__ = ["HOOK_API"]
 
@@ -207,7 +208,7 @@ def data_alloc_impl(context: Any, device: CudaDevice | None, size: int, kind: Al
 
 @hookimpl
 def data_free_impl(context: Any, device: CudaDevice | None, ptr: int, kind: AllocKind) -> None:
-    owner = _owners.pop(ptr)
+    owner: Any = _owners.pop(ptr)
     owner = owner.base if isinstance(owner, np.ndarray) else owner  # host kinds: the array's base owns it
     call(device or context[0], f"freeing {kind.name} memory at 0x{ptr:x}", owner.free)
 
