@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
+import pytest
 
 import pyoffload
 
@@ -28,3 +29,23 @@ def upload(device: Any, array: np.ndarray, kind: pyoffload.AllocKind = pyoffload
     alloc = device.alloc(array.nbytes, kind)
     pyoffload.memcpy(alloc, array)
     return alloc
+
+
+def alloc_or_skip(device: Any, size: int, kind: pyoffload.AllocKind = pyoffload.AllocKind.DEVICE) -> Any:
+    """An allocation of ``kind``, or a skip naming the device where the kind is unsupported."""
+    try:
+        return device.alloc(size, kind)
+    except pyoffload.UnsupportedError as exc:
+        pytest.skip(f"{device.id} has no {kind.name} memory: {exc}")
+
+
+def in_place(alloc: Any, dtype: Any) -> np.ndarray:
+    """A copy of host-accessible memory read through its buffer, not through ``memcpy``."""
+    return np.frombuffer(alloc, dtype=dtype).copy()
+
+
+def errc_of(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> pyoffload.Errc:
+    """The ``errc`` of the ``OffloadError`` that ``fn(*args, **kwargs)`` raises (failing if none)."""
+    with pytest.raises(pyoffload.OffloadError) as err:
+        fn(*args, **kwargs)
+    return err.value.errc
