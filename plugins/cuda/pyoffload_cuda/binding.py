@@ -11,9 +11,9 @@
 from __future__ import annotations
 
 import ctypes
-import os
 from typing import Any
 
+from pyoffload import settings
 from pyoffload.backend import (
     BackendError,
     CompileError,
@@ -30,10 +30,10 @@ ENV_DRIVER = "PYOFFLOAD_CUDA_DRIVER"
 
 
 def driver_mode() -> str:
-    mode = os.environ.get(ENV_DRIVER, "").strip().lower() or "pycuda"
-    if mode not in ("pycuda", "fake"):
-        raise NoDevicesError(f"{ENV_DRIVER}={mode!r}: expected 'pycuda' or 'fake'")
-    return mode
+    try:
+        return settings.choice(ENV_DRIVER, ("pycuda", "fake"), "pycuda")
+    except OffloadError as exc:  # a bad value: the plugin has no devices, and says why
+        raise NoDevicesError(str(exc)) from exc
 
 
 def load_driver() -> Any:

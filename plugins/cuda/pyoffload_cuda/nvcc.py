@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 import threading
 
+from pyoffload import settings
 from pyoffload.backend import CompileError, Errc, OffloadError
 
 KERNEL_DIR = pathlib.Path(__file__).with_name("kernels")
@@ -96,7 +97,7 @@ def build(name: str, fmt: str, sm: int, nvcc: str | None = None) -> bytes:
 def conformance_images(device_sm: int, fmt: str | None = None) -> dict[str, bytes] | None:
     """Both conformance programs for a device of compute capability ``device_sm`` (e.g. 80), or
     ``None`` when no nvcc is available or it cannot target the device."""
-    fmt = fmt or os.environ.get("PYOFFLOAD_CUDA_CONFORMANCE_FORMAT", "ptx")
+    fmt = fmt or settings.choice("PYOFFLOAD_CUDA_CONFORMANCE_FORMAT", FORMATS, "ptx")
     nvcc = find_nvcc()
     sm = pick_arch(nvcc, device_sm) if nvcc else None
     if nvcc is None or sm is None:

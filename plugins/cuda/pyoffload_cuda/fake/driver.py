@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import gc
 import itertools
-import os
 import struct
 import threading
 import time
@@ -46,6 +45,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from pyoffload import settings
 
 from ..images import ImageFormat, InvalidBinaryError, demangle, detect_format, fatbin_entries
 from . import kernels as emu
@@ -142,12 +142,11 @@ class FakeDriver:
 
     @classmethod
     def from_environment(cls) -> FakeDriver:
-        env = os.environ
         drv = cls(
-            devices=int(env.get("PYOFFLOAD_CUDA_FAKE_DEVICES", "2")),
-            arch=env.get("PYOFFLOAD_CUDA_FAKE_ARCH", "sm_80"),
-            memory=int(env.get("PYOFFLOAD_CUDA_FAKE_MEMORY", str(1 << 30))),
-            peer=env.get("PYOFFLOAD_CUDA_FAKE_PEER", "1") not in ("0", ""),
+            devices=settings.integer("PYOFFLOAD_CUDA_FAKE_DEVICES", 2, minimum=0, maximum=64),
+            arch=settings.text("PYOFFLOAD_CUDA_FAKE_ARCH", "sm_80"),
+            memory=settings.integer("PYOFFLOAD_CUDA_FAKE_MEMORY", 1 << 30, minimum=1 << 20),
+            peer=settings.flag("PYOFFLOAD_CUDA_FAKE_PEER", True),
         )
         cls.instances.append(drv)
         return drv

@@ -10,10 +10,10 @@ everything the run left behind.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import pytest
+from pyoffload import settings
 
 from ..binding import ENV_DRIVER
 from .driver import FakeDriver
@@ -22,7 +22,7 @@ _report: list[str] = []
 
 
 def _active() -> bool:
-    return os.environ.get(ENV_DRIVER, "").strip().lower() == "fake"
+    return (settings.text(ENV_DRIVER) or "").lower() == "fake"
 
 
 @pytest.hookimpl(trylast=True)
