@@ -375,6 +375,10 @@ class Event:
                 "elapsed_ms needs events with timestamps: from queues created with profiling=True, or Queue.record()")
         start.wait()
         self.wait()
+        # The operations are done, but an event's own timestamp may still be pending where
+        # completion was observed through another marker: wait on the two events themselves.
+        a.disp.event_wait_impl(a.dh, start.marker.handle)
+        b.disp.event_wait_impl(b.dh, self.marker.handle)
         return float(b.disp.event_elapsed_impl(b.dh, start.marker.handle, self.marker.handle))
 
     def __repr__(self) -> str:
