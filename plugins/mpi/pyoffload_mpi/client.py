@@ -1,0 +1,207 @@
+"""Rank 0's side of the link: sending requests without waiting, and one progress thread.
+
+Every request goes out with a non-blocking send (an enqueue hook returns as soon as its request
+and any bytes it carries are handed to MPI); the progress thread completes those sends, receives
+everything the servers say (replies, finished events, retrieved bytes, heartbeats) and declares a
+rank gone once it has said nothing for the timeout: every request and event waiting on it then
+fails with a clear error instead of hanging.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from typing import Any
+
+from .comm import Backoff, timeout
+from .protocol import TAG_REPLY, TAG_REQUEST, ErrorRecord, Tags, chunks, rebuild, remote_failure
+
+
+class Pending:
+    """A reply rank 0 waits for (a request/reply call)."""
+
+    __slots__ = ("rank", "done", "ok", "value")
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+        self.done = threading.Event()
+        self.ok = False
+        self.value: Any = None
+
+
+class RemoteQueue:
+    """Rank 0's handle of a queue on a server."""
+
+    __slots__ = ("qid", "rank", "device", "error", "probe", "enqueued")
+
+    def __init__(self, qid: int, rank: int, device: Any) -> None:
+        self.qid, self.rank, self.device = qid, rank, device
+        self.error: ErrorRecord | None = None  # the queue's first failure: every later event reports it
+        self.probe: tuple[int, RemoteEvent] | None = None  # for queue_query_impl
+        self.enqueued = 0
+
+
+class RemoteEvent:
+    """Rank 0's handle of an event recorded on a server queue."""
+
+    __slots__ = ("eid", "rank", "queue", "done", "error", "kept")
+
+    def __init__(self, eid: int, queue: RemoteQueue, kept: bool) -> None:
+        self.eid, self.rank, self.queue, self.kept = eid, queue.rank, queue, kept
+        self.done = threading.Event()
+        self.error: ErrorRecord | None = None
+
+
+class Link:
+    """The connection of rank 0 to every server."""
+
+    def __init__(self, comm: Any) -> None:
+        from mpi4py import MPI
+
+        self.comm = comm
+        self.MPI = MPI
+        self.size: int = comm.Get_size()
+        self.limit = timeout()
+        self.tags = Tags(int(comm.Get_attr(MPI.TAG_UB)))
+        self.ids = itertools.count(1)
+        self._send_lock = threading.Lock()
+        self._inflight: list[Any] = []  # send requests the progress thread completes
+        self._replies: dict[int, Pending] = {}
+        self.events: dict[int, RemoteEvent] = {}
+        self.queues: dict[int, RemoteQueue] = {}
+        self._data: dict[int, memoryview] = {}
+        self.dead: dict[int, str] = {}
+        self._heard = {rank: time.monotonic() for rank in range(1, self.size)}
+        self._running = True
+        self._thread = threading.Thread(target=self._progress, name="pyoffload-mpi-progress", daemon=True)
+        self._thread.start()
+
+    # -- sending ------------------------------------------------------------------------------
+
+    def post(self, rank: int, message: tuple[Any, ...], payload: memoryview | None = None) -> None:
+        """Send a request (and the bytes it announces) without waiting for it to be received."""
+        self.check(rank)
+        with self._send_lock:
+            self._inflight.append(self.comm.isend(message, rank, TAG_REQUEST))
+            if payload is not None:
+                for offset, length in chunks(len(payload)):
+                    self._inflight.append(
+                        self.comm.Isend([payload[offset:offset + length], self.MPI.BYTE], rank, TAG_REQUEST))
+
+    def call(self, rank: int, op: str, *fields: Any) -> Any:
+        """A request whose reply rank 0 waits for; the server's failure is raised here."""
+        rid = next(self.ids)
+        pending = Pending(rank)
+        self._replies[rid] = pending
+        try:
+            self.post(rank, (op, rid, *fields))
+            while not pending.done.wait(0.25):
+                self.check(rank)
+        finally:
+            self._replies.pop(rid, None)
+        if not pending.ok:
+            raise rebuild(pending.value)
+        return pending.value
+
+    def check(self, rank: int) -> None:
+        why = self.dead.get(rank)
+        if why is not None:
+            raise remote_failure(rank, why)
+
+    # -- events and retrieved bytes ------------------------------------------------------------
+
+    def record(self, queue: RemoteQueue, kept: bool) -> RemoteEvent:
+        event = RemoteEvent(next(self.ids), queue, kept)
+        self.events[event.eid] = event
+        self.post(queue.rank, ("record", queue.qid, event.eid, kept))
+        return event
+
+    def wait_event(self, event: RemoteEvent) -> None:
+        while not event.done.wait(0.25):
+            self.check(event.rank)
+        if event.error is not None:
+            raise rebuild(event.error)
+
+    def expect(self, xfer: int, view: memoryview) -> None:
+        """Bytes for ``xfer`` will arrive: the progress thread receives them into ``view``."""
+        self._data[xfer] = view
+
+    # -- the progress thread ------------------------------------------------------------------
+
+    def _progress(self) -> None:
+        comm, status = self.comm, self.MPI.Status()
+        backoff = Backoff()
+        last_check = time.monotonic()
+        while self._running:
+            busy = False
+            if self._inflight:
+                with self._send_lock:
+                    self._inflight = [r for r in self._inflight if not r.Test()]
+            message = comm.improbe(self.MPI.ANY_SOURCE, TAG_REPLY, status)
+            if message is not None:
+                busy = True
+                rank = status.Get_source()
+                self._heard[rank] = time.monotonic()
+                self._dispatch(rank, message.recv())
+            now = time.monotonic()
+            if now - last_check > 0.1:
+                last_check = now
+                for rank, heard in self._heard.items():
+                    if rank not in self.dead and now - heard > self.limit:
+                        self._declare_dead(rank, f"said nothing for {self.limit:g} s (PYOFFLOAD_MPI_TIMEOUT): "
+                                                 "the rank died or stopped answering")
+            if busy:
+                backoff.reset()
+            else:
+                backoff.ceiling = 5e-4 if (self._replies or self._inflight or self._data) else 5e-3
+                backoff.pause()
+
+    def _dispatch(self, rank: int, message: tuple[Any, ...]) -> None:
+        op = message[0]
+        if op == "reply":
+            pending = self._replies.get(message[1])
+            if pending is not None:
+                pending.ok, pending.value = message[2], message[3]
+                pending.done.set()
+        elif op == "event":
+            event = self.events.pop(message[1], None)
+            if event is not None:
+                queue = event.queue
+                if message[2] is not None and queue.error is None:
+                    queue.error = message[2]
+                event.error = message[2] or queue.error
+                event.done.set()
+        elif op == "qerror":
+            queue = self.queues.get(message[1])
+            if queue is not None and queue.error is None:
+                queue.error = message[2]
+        elif op == "data":
+            _, xfer, offset, length = message
+            view = self._data[xfer]
+            request = self.comm.Irecv([view[offset:offset + length], self.MPI.BYTE], rank, TAG_REPLY)
+            backoff = Backoff()
+            while not request.Test():
+                backoff.pause()
+            if offset + length >= len(view):
+                del self._data[xfer]
+
+    def _declare_dead(self, rank: int, why: str) -> None:
+        self.dead[rank] = why
+        record: ErrorRecord = ("BackendError", 17, f"MPI rank {rank}: {why}", "")
+        for pending in list(self._replies.values()):
+            if pending.rank == rank:
+                pending.ok, pending.value = False, record
+                pending.done.set()
+        for eid, event in list(self.events.items()):
+            if event.rank == rank:
+                self.events.pop(eid, None)
+                event.error = record
+                event.done.set()
+
+    def close(self) -> None:
+        """Stop the progress thread (after every server has been told to exit)."""
+        self._running = False
+        self._thread.join()
+        for request in self._inflight:
+            request.Cancel()

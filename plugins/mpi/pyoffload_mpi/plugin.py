@@ -1,0 +1,418 @@
+"""The ``mpi`` backend: every device of every other MPI rank, as a device of rank 0.
+
+Run the application with ``mpirun -n N python -m pyoffload_mpi app.py``: rank 0 runs it, ranks
+1..N-1 serve their own devices (:mod:`.server`).  Here, on rank 0, each hook turns into a
+request to the device's rank (:mod:`.client`):
+
+* **Devices and platforms.**  One platform per local platform of each rank (short name
+  ``r<rank>-<platform>``, so ids read ``mpi-r1-pocl-cpu-0``); a remote device is a CPU, GPU or
+  accelerator here (even a server's host device: its memory is not rank 0's).  Only DEVICE memory
+  exists (``memory_kinds``): HOST and MANAGED memory must be readable at their address on rank 0.
+* **Addresses** carry their rank in the high bits (:func:`.protocol.tag`), so that the generic
+  layer's one registry holds every rank's memory without collisions; they are translated back in
+  every request, kernel pointer arguments included.
+* **Enqueues** send a request and return; copies to a server send their bytes in chunks the
+  server copies to the device as they arrive.  Copies between two ranks go directly between the
+  two servers (``data_exchange_impl``), never through rank 0.
+* **Events** are recorded on the server's queue; its watcher tells rank 0 when one completes, so
+  waiting and querying need no round trip.  Host functions and cross-queue waits across ranks use
+  the generic layer's emulation (host functions run on rank 0), waits within one rank are native.
+* **Failures** travel as the same class and errc, prefixed with the rank.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pyoffload.backend import (
+    AllocKind,
+    DeviceDesc,
+    DeviceType,
+    MemoryConnection,
+    NoDevicesError,
+    PlatformDesc,
+    SymbolDesc,
+    SymbolKind,
+    UnsupportedError,
+    hookimpl,
+)
+
+from . import session as _session
+from .client import Link, RemoteEvent, RemoteQueue
+from .protocol import local_address, rebuild, tag, untag
+
+HOOK_API = (1, 0)  # the contract this module was written for (a literal: it must not follow upgrades)
+
+_lock = threading.Lock()  # the id and image bookkeeping below
+_sent_images: set[tuple[int, bytes]] = set()  # (rank, digest) of images a server keeps
+
+
+class RemoteDevice:
+    """A device of a server, as its rank described it."""
+
+    __slots__ = ("rank", "index", "name", "info", "compiler_id", "known", "images")
+
+    def __init__(self, rank: int, described: dict[str, Any]) -> None:
+        self.rank, self.index, self.name = rank, described["index"], described["name"]
+        info = {k: v for k, v in described["info"].items() if "." not in k}
+        info.update({k: None for k in ("name", "vendor", "type", "backend", "platform")})
+        info = {k: v for k, v in info.items() if v is not None}
+        info["memory_kinds"] = ("DEVICE",)
+        info["mpi.rank"] = rank
+        info["mpi.host"] = described["host"]
+        info["mpi.remote_id"] = described["id"]
+        info["mpi.remote_backend"] = described["backend"]
+        info.update({f"mpi.remote.{k}": v for k, v in described["info"].items() if "." in k})
+        self.info = info
+        self.compiler_id: str | None = described["compiler_id"]
+        self.known: dict[str, str] | None = None
+        self.images: dict[str, bytes] | None = None
+
+
+class RemoteContext:
+    __slots__ = ("cid", "rank")
+
+    def __init__(self, cid: int, rank: int) -> None:
+        self.cid, self.rank = cid, rank
+
+
+class RemoteProgram:
+    __slots__ = ("pid", "rank", "symbols")
+
+    def __init__(self, pid: int, rank: int, symbols: list[tuple[str, str, int]]) -> None:
+        self.pid, self.rank = pid, rank
+        self.symbols = [SymbolDesc(name, SymbolKind[kind], size) for name, kind, size in symbols]
+
+
+class RemoteKernel:
+    __slots__ = ("kid", "rank", "signature", "attributes")
+
+    def __init__(self, kid: int, rank: int, signature: Sequence[str] | None, attributes: dict[str, Any]) -> None:
+        self.kid, self.rank, self.signature, self.attributes = kid, rank, signature, attributes
+
+
+def _link() -> Link:
+    current = _session.CURRENT
+    assert current is not None and current.link is not None  # init_impl made sure
+    return current.link  # type: ignore[no-any-return]
+
+
+# -- lifecycle ------------------------------------------------------------------------------
+
+
+@hookimpl
+def init_impl() -> Sequence[PlatformDesc]:
+    current = _session.CURRENT
+    if current is None:
+        raise NoDevicesError("not an MPI job started with `mpirun -n N python -m pyoffload_mpi app.py`")
+    if current.rank != 0:
+        raise NoDevicesError(f"rank {current.rank} serves its devices to rank 0")
+    if current.size < 2:
+        raise NoDevicesError("the MPI job has one rank: no other rank serves devices")
+    link: Link = current.link
+    platforms: list[PlatformDesc] = []
+    failures = []
+    for rank in range(1, current.size):
+        try:
+            described = link.call(rank, "hello")
+        except Exception as exc:
+            failures.append(f"rank {rank}: {exc}")
+            continue
+        grouped: dict[str, list[dict[str, Any]]] = {}
+        for d in described:
+            grouped.setdefault(d["platform"], []).append(d)
+        for name, devices in grouped.items():
+            first = devices[0]
+            descs = tuple(DeviceDesc(f"{d['name']} (rank {rank})", d["vendor"], _device_type(d["type"]),
+                                     RemoteDevice(rank, d)) for d in devices)
+            platforms.append(PlatformDesc(f"rank {rank}: {name}", first["vendor"], first["platform_version"], descs,
+                                          handle=rank, short_name=f"r{rank}-{first['platform_short']}"))
+    if not platforms:
+        raise NoDevicesError("no serving rank has a device" + (": " + "; ".join(failures) if failures else ""))
+    return platforms
+
+
+def _device_type(remote: str) -> DeviceType:
+    kind = DeviceType(remote)
+    return DeviceType.CPU if kind is DeviceType.HOST else kind
+
+
+@hookimpl
+def deinit_impl() -> None:
+    link = _link()
+    for rank in range(1, link.size):
+        if rank not in link.dead:
+            link.call(rank, "deinit")
+    with _lock:
+        _sent_images.clear()
+
+
+@hookimpl
+def device_info_impl(device: RemoteDevice) -> dict[str, Any]:
+    return dict(device.info)
+
+
+@hookimpl
+def context_create_impl(devices: Sequence[RemoteDevice]) -> RemoteContext:
+    link = _link()
+    context = RemoteContext(next(link.ids), devices[0].rank)
+    link.call(context.rank, "context", context.cid, [d.index for d in devices])
+    return context
+
+
+@hookimpl
+def context_destroy_impl(context: RemoteContext) -> None:
+    _link().call(context.rank, "context_destroy", context.cid)
+
+
+# -- memory ---------------------------------------------------------------------------------
+
+
+@hookimpl
+def data_alloc_impl(context: RemoteContext, device: RemoteDevice | None, size: int, kind: AllocKind) -> int:
+    if device is None or kind is not AllocKind.DEVICE:
+        raise UnsupportedError(f"memory of another MPI rank is DEVICE memory only, not {kind.name}")
+    return tag(device.rank, _link().call(device.rank, "alloc", context.cid, device.index, size))
+
+
+@hookimpl
+def data_free_impl(context: RemoteContext, device: RemoteDevice | None, ptr: int, kind: AllocKind) -> None:
+    rank, address = untag(ptr)
+    _link().call(rank, "free", address)
+
+
+@hookimpl
+def data_submit_impl(device: RemoteDevice, queue: RemoteQueue, dst: int, src: memoryview, size: int) -> None:
+    queue.enqueued += 1
+    _link().post(queue.rank, ("submit", queue.qid, local_address(dst, queue.rank), size), src[:size])
+
+
+@hookimpl
+def data_retrieve_impl(device: RemoteDevice, queue: RemoteQueue, dst: memoryview, src: int, size: int) -> None:
+    link = _link()
+    queue.enqueued += 1
+    xfer = next(link.ids)
+    link.expect(xfer, dst[:size])
+    link.post(queue.rank, ("retrieve", queue.qid, local_address(src, queue.rank), size, xfer))
+
+
+@hookimpl
+def data_exchange_impl(src_device: RemoteDevice, src: int, dst_device: RemoteDevice, dst: int, size: int,
+                       queue: RemoteQueue) -> None:
+    link = _link()
+    queue.enqueued += 1
+    src_rank, src_address = untag(src)
+    dst_rank, dst_address = untag(dst)
+    if src_rank == dst_rank:
+        link.post(queue.rank, ("copy", queue.qid, dst_address, src_address, size))
+        return
+    with _lock:
+        mpi_tag = link.tags.take()
+    # The rank of the queue orders the copy on it; the other side takes part as soon as it hears.
+    mine, other = ("send", "recv") if queue.rank == src_rank else ("recv", "send")
+    other_rank = dst_rank if queue.rank == src_rank else src_rank
+    here = src_address if mine == "send" else dst_address
+    there = dst_address if mine == "send" else src_address
+    link.post(other_rank, ("xfer", None, other, queue.rank, mpi_tag, there, size))
+    link.post(queue.rank, ("xfer", queue.qid, mine, other_rank, mpi_tag, here, size))
+
+
+@hookimpl
+def data_fill_impl(device: RemoteDevice, queue: RemoteQueue, ptr: int, pattern: bytes, size: int) -> None:
+    queue.enqueued += 1
+    _link().post(queue.rank, ("fill", queue.qid, local_address(ptr, queue.rank), bytes(pattern), size))
+
+
+@hookimpl
+def memory_connection_impl(context_a: RemoteContext, device_a: RemoteDevice | None, context_b: RemoteContext,
+                           device_b: RemoteDevice | None) -> MemoryConnection | None:
+    if device_a is None or device_b is None or (context_a is context_b and device_a is device_b):
+        return None  # the generic answer
+    return MemoryConnection.MIGRATABLE  # servers copy to each other, and within a rank across contexts
+
+
+# -- programs -------------------------------------------------------------------------------
+
+
+@hookimpl
+def load_binary_impl(context: RemoteContext, device: RemoteDevice, image: bytes) -> RemoteProgram:
+    link = _link()
+    digest = hashlib.sha256(image).digest()
+    key = (device.rank, digest)
+    with _lock:
+        send = key not in _sent_images
+    pid = next(link.ids)
+    symbols = link.call(device.rank, "load", pid, context.cid, device.index, digest, bytes(image) if send else None)
+    with _lock:
+        _sent_images.add(key)
+    return RemoteProgram(pid, device.rank, symbols)
+
+
+@hookimpl
+def unload_binary_impl(device: RemoteDevice, program: RemoteProgram) -> None:
+    _link().call(program.rank, "unload", program.pid)
+
+
+@hookimpl
+def get_symbols_impl(device: RemoteDevice, program: RemoteProgram) -> Sequence[SymbolDesc]:
+    return program.symbols
+
+
+@hookimpl
+def get_kernel_impl(device: RemoteDevice, program: RemoteProgram, name: str) -> RemoteKernel:
+    link = _link()
+    kid = next(link.ids)
+    signature, attributes = link.call(program.rank, "kernel", program.pid, name, kid)
+    return RemoteKernel(kid, program.rank, signature, attributes)
+
+
+@hookimpl
+def get_global_impl(device: RemoteDevice, program: RemoteProgram, name: str) -> tuple[int, int]:
+    address, size = _link().call(program.rank, "global", program.pid, name)
+    return tag(program.rank, address), size
+
+
+@hookimpl
+def kernel_signature_impl(device: RemoteDevice, kernel: RemoteKernel) -> Sequence[str] | None:
+    return kernel.signature
+
+
+@hookimpl
+def kernel_attributes_impl(device: RemoteDevice, kernel: RemoteKernel) -> dict[str, Any]:
+    return {k if k in _STANDARD_ATTRIBUTES else f"mpi.remote.{k}": v for k, v in kernel.attributes.items()}
+
+
+_STANDARD_ATTRIBUTES = frozenset({"max_work_group_size", "preferred_work_group_multiple", "local_memory_bytes",
+                                  "private_memory_bytes", "registers"})
+
+
+@hookimpl
+def kernel_packer_impl(device: RemoteDevice, kernel: RemoteKernel,
+                       kinds: tuple[str, ...]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
+    rank = kernel.rank
+    pointers = [i for i, kind in enumerate(kinds) if kind == "ptr"]
+
+    def pack(values: tuple[Any, ...]) -> tuple[Any, ...]:
+        out = list(values)
+        for i in pointers:
+            out[i] = local_address(out[i], rank)
+        return tuple(out)
+
+    return pack
+
+
+@hookimpl
+def compile_impl(device: RemoteDevice, source: str, options: tuple[str, ...]) -> bytes:
+    return _link().call(device.rank, "compile", device.index, source, tuple(options))  # type: ignore[no-any-return]
+
+
+@hookimpl
+def compiler_id_impl(device: RemoteDevice) -> str | None:
+    return None if device.compiler_id is None else f"{device.info['mpi.remote_backend']} {device.compiler_id}"
+
+
+# -- queues, launches and events -------------------------------------------------------------
+
+
+@hookimpl
+def queue_create_impl(context: RemoteContext, device: RemoteDevice, profiling: bool) -> RemoteQueue:
+    link = _link()
+    queue = RemoteQueue(next(link.ids), device.rank, device)
+    link.call(device.rank, "queue", queue.qid, context.cid, device.index, profiling)
+    link.queues[queue.qid] = queue
+    return queue
+
+
+@hookimpl
+def queue_destroy_impl(device: RemoteDevice, queue: RemoteQueue) -> None:
+    link = _link()
+    link.queues.pop(queue.qid, None)
+    link.call(queue.rank, "queue_destroy", queue.qid)
+
+
+@hookimpl
+def queue_synchronize_impl(device: RemoteDevice, queue: RemoteQueue) -> None:
+    link = _link()
+    link.wait_event(link.record(queue, kept=False))
+
+
+@hookimpl
+def queue_query_impl(device: RemoteDevice, queue: RemoteQueue) -> bool:
+    # Without a round trip: an event recorded after the last enqueue answers, once it is back.
+    probe = queue.probe
+    if probe is not None and probe[0] == queue.enqueued:
+        return probe[1].done.is_set()
+    queue.probe = (queue.enqueued, _link().record(queue, kept=False))
+    return False
+
+
+@hookimpl
+def launch_impl(device: RemoteDevice, queue: RemoteQueue, kernel: RemoteKernel, grid: tuple[int, int, int],
+                block: tuple[int, int, int], args: tuple[Any, ...]) -> None:
+    queue.enqueued += 1
+    _link().post(queue.rank, ("launch", queue.qid, kernel.kid, grid, block, args))
+
+
+@hookimpl
+def queue_wait_events_impl(device: RemoteDevice, queue: RemoteQueue, events: Sequence[RemoteEvent]) -> bool | None:
+    if any(e.rank != queue.rank or not e.kept for e in events):
+        return None  # across ranks: the generic layer holds the queue's later work back
+    queue.enqueued += 1
+    _link().post(queue.rank, ("wait_events", queue.qid, [e.eid for e in events]))
+    return True
+
+
+@hookimpl
+def event_record_impl(device: RemoteDevice, queue: RemoteQueue) -> RemoteEvent:
+    return _link().record(queue, kept=True)
+
+
+@hookimpl
+def event_wait_impl(device: RemoteDevice, event: RemoteEvent) -> None:
+    _link().wait_event(event)
+
+
+@hookimpl
+def event_query_impl(device: RemoteDevice, event: RemoteEvent) -> bool:
+    if not event.done.is_set():
+        _link().check(event.rank)
+        return False
+    if event.error is not None:
+        raise rebuild(event.error)
+    return True
+
+
+@hookimpl
+def event_release_impl(device: RemoteDevice, event: RemoteEvent) -> None:
+    link = _link()
+    if event.rank not in link.dead:
+        link.post(event.rank, ("event_release", None, event.eid))
+
+
+@hookimpl
+def event_elapsed_impl(device: RemoteDevice, start: RemoteEvent, end: RemoteEvent) -> float:
+    return _link().call(end.rank, "elapsed", start.eid, end.eid)  # type: ignore[no-any-return]
+
+
+# -- the conformance suite ------------------------------------------------------------------
+
+
+@hookimpl
+def conformance_images_impl(device: RemoteDevice) -> dict[str, bytes] | None:
+    if device.images is None:
+        device.images = _link().call(device.rank, "images", device.index)
+    return device.images
+
+
+@hookimpl
+def known_failures_impl(device: RemoteDevice) -> dict[str, str]:
+    if device.known is None:
+        device.known = {**_link().call(device.rank, "known_failures", device.index), **_KNOWN_FAILURES}
+    return device.known
+
+
+_KNOWN_FAILURES: dict[str, str] = {}
+"""Conformance tests that cannot pass on a device of another rank, with the reason."""

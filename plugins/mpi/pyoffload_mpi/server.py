@@ -1,0 +1,353 @@
+"""A serving rank (1..N-1): runs rank 0's requests on its own devices through pyoffload's public API.
+
+The server's pyoffload is an ordinary runtime of its own (every installed backend but this one;
+``PYOFFLOAD_MPI_SERVE`` narrows the list, as ``PYOFFLOAD_PLUGINS`` does): it validates, pools
+nothing (rank 0's caching allocator already does), runs constructors and destructors, and
+orders work on real queues.  The main loop takes rank 0's requests in order; whatever must wait
+for a device runs on that device's queue (copies, then host functions that talk to the peer), so
+the loop itself only blocks for the requests rank 0 waits for anyway.
+
+Threads: the main loop; one watcher per queue, which waits for the queue's recorded events in
+order and tells rank 0; a heartbeat; one thread per copy between two servers on the side that
+does not own the queue.  Replies to rank 0 go out under one lock, so that a ``data`` header and
+its bytes stay together.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from queue import SimpleQueue
+from typing import Any
+
+from .comm import SERVE_VARIABLE, Backoff, beat_interval, timeout, wait, wait_raw
+from .protocol import CHUNK, TAG_REPLY, TAG_REQUEST, ErrorRecord, chunks, error_record, picklable
+
+
+class ServedQueue:
+    """A queue of this rank and its watcher thread."""
+
+    def __init__(self, server: Server, qid: int, queue: Any) -> None:
+        self.server, self.qid, self.queue = server, qid, queue
+        self.error: ErrorRecord | None = None
+        self.pending: SimpleQueue[tuple[int, Any] | None] = SimpleQueue()
+        self.watcher = threading.Thread(target=self._watch, name=f"pyoffload-mpi-queue-{qid}", daemon=True)
+        self.watcher.start()
+
+    def fail(self, exc: BaseException) -> None:
+        """Work on this queue failed outside an event: rank 0 reports it from later events."""
+        record = error_record(exc, self.server.rank)
+        if self.error is None:
+            self.error = record
+        self.server.reply(("qerror", self.qid, record))
+
+    def _watch(self) -> None:
+        while (item := self.pending.get()) is not None:
+            eid, event = item
+            failure: ErrorRecord | None = None
+            try:
+                event.wait()
+            except BaseException as exc:
+                failure = error_record(exc, self.server.rank)
+            self.server.reply(("event", eid, failure))
+
+    def close(self) -> None:
+        self.pending.put(None)
+        self.watcher.join()
+
+
+class Server:
+    """The request loop of one serving rank."""
+
+    def __init__(self, comm: Any) -> None:
+        self.comm = comm
+        self.rank: int = comm.Get_rank()
+        self.limit = timeout()
+        self._reply_lock = threading.Lock()
+        self._running = True
+        self.initialised = False  # pyoffload started here (by rank 0's hello)
+        self._reset()
+
+    def _reset(self) -> None:
+        self.devices: list[Any] = []
+        self.contexts: dict[int, Any] = {}
+        self.queues: dict[int, ServedQueue] = {}
+        self.events: dict[int, Any] = {}
+        self.programs: dict[int, Any] = {}
+        self.kernels: dict[int, Any] = {}
+        self.allocations: dict[int, Any] = {}
+        self.images: dict[bytes, bytes] = {}
+
+    # -- talking to rank 0 ---------------------------------------------------------------------
+
+    def reply(self, message: tuple[Any, ...], payload: memoryview | None = None) -> None:
+        with self._reply_lock:
+            wait(self.comm.isend(message, 0, TAG_REPLY))
+            if payload is not None:
+                wait_raw(self.comm.Isend([payload, _byte()], 0, TAG_REPLY))
+
+    def _heartbeat(self) -> None:
+        interval = beat_interval(self.limit)
+        while self._running:
+            time.sleep(interval)
+            if self._running:
+                self.reply(("beat",))
+
+    def serve(self) -> None:
+        """Answer rank 0 until it says ``exit``."""
+        threading.Thread(target=self._heartbeat, name="pyoffload-mpi-heartbeat", daemon=True).start()
+        backoff = Backoff(ceiling=2e-3)
+        while self._running:
+            message = self.comm.improbe(0, TAG_REQUEST)
+            if message is None:
+                backoff.pause()
+                continue
+            backoff.reset()
+            self._handle(message.recv())
+
+    def _handle(self, request: tuple[Any, ...]) -> None:
+        op = request[0]
+        if op in _RPC:
+            rid = request[1]
+            try:
+                value = getattr(self, "rpc_" + op)(*request[2:])
+            except BaseException as exc:
+                self.reply(("reply", rid, False, error_record(exc, self.rank)))
+            else:
+                self.reply(("reply", rid, True, value))
+            return
+        qid = request[1]
+        served = self.queues.get(qid)
+        try:
+            getattr(self, "do_" + op)(served, *request[2:])
+        except BaseException as exc:
+            if served is not None:
+                served.fail(exc)
+
+    # -- runtime, contexts, memory -----------------------------------------------------------
+
+    def rpc_hello(self) -> list[dict[str, Any]]:
+        import pyoffload
+
+        serve = os.environ.get(SERVE_VARIABLE)
+        if serve is not None:
+            os.environ["PYOFFLOAD_PLUGINS"] = serve
+        os.environ["PYOFFLOAD_POOL_THRESHOLD"] = "0"  # rank 0's allocator pools already
+        self.devices = [d for d in pyoffload.devices() if d.backend != "mpi"]
+        self.initialised = True
+        described = []
+        for index, device in enumerate(self.devices):
+            info = {k: v for k, v in device.info.items() if picklable(v)}
+            described.append({"index": index, "id": device.id, "name": device.name, "vendor": device.vendor,
+                              "type": device.type.value, "backend": device.backend,
+                              "platform": device.platform.name, "platform_short": device.platform.short_name,
+                              "platform_version": device.platform.version, "info": info,
+                              "host": socket.gethostname(), "compiler_id": self._compiler_id(device)})
+        return described
+
+    @staticmethod
+    def _compiler_id(device: Any) -> str | None:
+        try:
+            return device.disp.compiler_id_impl(device.handle)  # type: ignore[no-any-return]
+        except Exception:
+            return None
+
+    def rpc_deinit(self) -> None:
+        import pyoffload
+
+        for served in self.queues.values():
+            served.close()
+        self._reset()
+        if self.initialised:
+            self.initialised = False
+            pyoffload.shutdown()
+
+    def rpc_exit(self) -> None:
+        self.rpc_deinit()
+        self._running = False
+
+    def rpc_context(self, cid: int, indices: list[int]) -> None:
+        import pyoffload
+
+        self.contexts[cid] = pyoffload.Context([self.devices[i] for i in indices])
+
+    def rpc_context_destroy(self, cid: int) -> None:
+        self.contexts.pop(cid).close()
+
+    def rpc_alloc(self, cid: int, index: int, size: int) -> int:
+        alloc = self.contexts[cid].alloc(size, device=self.devices[index])
+        self.allocations[alloc.ptr] = alloc
+        return alloc.ptr  # type: ignore[no-any-return]
+
+    def rpc_free(self, ptr: int) -> None:
+        self.allocations.pop(ptr).free()
+
+    def rpc_images(self, index: int) -> dict[str, bytes] | None:
+        device = self.devices[index]
+        return device.disp.conformance_images_impl(device.handle)  # type: ignore[no-any-return]
+
+    def rpc_known_failures(self, index: int) -> dict[str, str]:
+        device = self.devices[index]
+        return dict(device.disp.known_failures_impl(device.handle) or {})
+
+    def rpc_compile(self, index: int, source: str, options: tuple[str, ...]) -> bytes:
+        device = self.devices[index]
+        return device.disp.compile_impl(device.handle, source, options)  # type: ignore[no-any-return]
+
+    # -- programs ---------------------------------------------------------------------------
+
+    def rpc_load(self, pid: int, cid: int, index: int, digest: bytes, image: bytes | None) -> list[tuple[str, str, int]]:
+        if image is not None:
+            self.images[digest] = image
+        program = self.contexts[cid].load_program(self.devices[index], self.images[digest])
+        self.programs[pid] = program
+        return [(s.name, s.kind.name, s.size) for s in program.symbols()]
+
+    def rpc_unload(self, pid: int) -> None:
+        program = self.programs.pop(pid)
+        for kid in [k for k, kernel in self.kernels.items() if kernel.program is program]:
+            del self.kernels[kid]
+        program.unload()
+
+    def rpc_kernel(self, pid: int, name: str, kid: int) -> tuple[tuple[str, ...] | None, dict[str, Any]]:
+        kernel = self.programs[pid].kernel(name)
+        self.kernels[kid] = kernel
+        attributes = {k: v for k, v in kernel.attributes.items() if picklable(v)}
+        return kernel.signature, attributes
+
+    def rpc_global(self, pid: int, name: str) -> tuple[int, int]:
+        var = self.programs[pid].global_variable(name)
+        return var.address, var.size
+
+    # -- queues and events ------------------------------------------------------------------
+
+    def rpc_queue(self, qid: int, cid: int, index: int, profiling: bool) -> None:
+        queue = self.contexts[cid].create_queue(self.devices[index], profiling=profiling)
+        self.queues[qid] = ServedQueue(self, qid, queue)
+
+    def rpc_queue_destroy(self, qid: int) -> None:
+        served = self.queues.pop(qid)
+        served.queue.destroy()
+        served.close()
+
+    def rpc_elapsed(self, start: int, end: int) -> float:
+        return self.events[end].elapsed_ms(self.events[start])  # type: ignore[no-any-return]
+
+    def do_record(self, served: ServedQueue, eid: int, keep: bool) -> None:
+        event = served.queue.record()
+        if keep:
+            self.events[eid] = event
+        served.pending.put((eid, event))
+
+    def do_event_release(self, served: None, eid: int) -> None:
+        self.events.pop(eid, None)
+
+    def do_wait_events(self, served: ServedQueue, eids: list[int]) -> None:
+        served.queue.wait_events(*(self.events[e] for e in eids))
+
+    def do_launch(self, served: ServedQueue, kid: int, grid: tuple[int, int, int], block: tuple[int, int, int],
+                  args: tuple[Any, ...]) -> None:
+        served.queue.launch(self.kernels[kid], grid, block, args)
+
+    def do_fill(self, served: ServedQueue, ptr: int, pattern: bytes, size: int) -> None:
+        served.queue.memfill(ptr, pattern, size)
+
+    def do_copy(self, served: ServedQueue, dst: int, src: int, size: int) -> None:
+        served.queue.memcpy(dst, src, size)
+
+    def do_submit(self, served: ServedQueue, dst: int, size: int) -> None:
+        # The bytes follow on the request channel: take them all (rank 0 sent them already), and
+        # let the device copy each chunk while the next one arrives.
+        failure: BaseException | None = None
+        for offset, length in chunks(size):
+            buffer = bytearray(length)
+            wait_raw(self.comm.Irecv([buffer, _byte()], 0, TAG_REQUEST))
+            if failure is None:
+                try:
+                    served.queue.memcpy(dst + offset, buffer, length)
+                except BaseException as exc:
+                    failure = exc
+        if failure is not None:
+            raise failure
+
+    def do_retrieve(self, served: ServedQueue, src: int, size: int, xfer: int) -> None:
+        staging = bytearray(size)
+        served.queue.memcpy(staging, src, size)
+
+        def send() -> None:
+            view = memoryview(staging)
+            for offset, length in chunks(size):
+                self.reply(("data", xfer, offset, length), view[offset:offset + length])
+
+        served.queue.launch_host_function(self._guarded(served, send))
+
+    def do_xfer(self, served: ServedQueue | None, role: str, peer: int, mpi_tag: int, ptr: int, size: int) -> None:
+        """One side of a copy between two servers: ``role`` is ``send`` (this rank holds the
+        source) or ``recv``; with a queue, this side orders the copy on it, else it runs now."""
+        staging = bytearray(size)
+        view = memoryview(staging)
+        if served is None:
+            threading.Thread(target=self._xfer_side, args=(role, peer, mpi_tag, ptr, size, view),
+                             name="pyoffload-mpi-xfer", daemon=True).start()
+        elif role == "send":
+            served.queue.memcpy(staging, ptr, size)
+            served.queue.launch_host_function(self._guarded(served, lambda: self._push(view, peer, mpi_tag, ack=True)))
+        else:
+            served.queue.launch_host_function(self._guarded(served, lambda: self._pull(view, peer, mpi_tag)))
+            served.queue.memcpy(ptr, staging, size)
+
+    def _xfer_side(self, role: str, peer: int, mpi_tag: int, ptr: int, size: int, view: memoryview) -> None:
+        import pyoffload
+
+        if role == "send":
+            pyoffload.memcpy(view, ptr, size)
+            self._push(view, peer, mpi_tag, ack=False)
+        else:
+            self._pull(view, peer, mpi_tag)
+            pyoffload.memcpy(ptr, view, size)
+            wait_raw(self.comm.Isend([bytearray(1), _byte()], peer, mpi_tag))  # the copy has landed
+
+    def _push(self, view: memoryview, peer: int, mpi_tag: int, ack: bool) -> None:
+        for offset, length in chunks(len(view), CHUNK):
+            wait_raw(self.comm.Isend([view[offset:offset + length], _byte()], peer, mpi_tag), self._deadline())
+        if ack:
+            wait_raw(self.comm.Irecv([bytearray(1), _byte()], peer, mpi_tag), self._deadline())
+
+    def _pull(self, view: memoryview, peer: int, mpi_tag: int) -> None:
+        for offset, length in chunks(len(view), CHUNK):
+            wait_raw(self.comm.Irecv([view[offset:offset + length], _byte()], peer, mpi_tag), self._deadline())
+
+    def _deadline(self) -> Any:
+        """A check for peer waits: give up after the timeout (a peer that stopped answering)."""
+        end = time.monotonic() + self.limit
+
+        def check() -> None:
+            if time.monotonic() > end:
+                from pyoffload.backend import BackendError
+
+                raise BackendError(f"rank {self.rank}: a peer rank sent nothing for {self.limit:g} s")
+
+        return check
+
+    def _guarded(self, served: ServedQueue, fn: Any) -> Any:
+        """A host function that reports its failure to rank 0 as the queue's (the server's own
+        runtime would only raise it on a wait nobody makes here)."""
+
+        def run() -> None:
+            try:
+                fn()
+            except BaseException as exc:
+                served.fail(exc)
+
+        return run
+
+
+_RPC = frozenset(name[4:] for name in dir(Server) if name.startswith("rpc_"))
+
+
+def _byte() -> Any:
+    from mpi4py import MPI
+
+    return MPI.BYTE
