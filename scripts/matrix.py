@@ -1,14 +1,16 @@
 """Run the unit tests and the conformance matrix; print a table per row and a total line.
 
 Rows: unit tests; conformance on host only; OpenCL with one PoCL device; OpenCL with two PoCL
-devices; the CUDA and AMDGPU backends against their driver-level fakes.  A row fails if pytest
-fails, if it ran no test, or if the backend it is about contributed no device.
+devices; the CUDA and AMDGPU backends against their driver-level fakes; the MPI backend under
+``mpirun -n 3`` on loopback (pytest on rank 0; the host and PoCL devices of ranks 1 and 2).  A row
+fails if pytest fails, if it ran no test, or if the backend it is about contributed no device.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -19,12 +21,13 @@ ROOT = Path(__file__).resolve().parent.parent
 CONFORMANCE = ["-p", "pyoffload.testing", "--pyargs", "pyoffload.conformance"]
 
 
-Row = tuple[str, dict[str, str], list[str], str | None, str]
+Row = tuple[str, dict[str, str], list[str], str | None, str, tuple[str, ...]]
+# The last field is what runs ``-m pytest ...``: the row's python, or a launcher ending in it.
 OTHER_PYTHONS = ("3.12", "3.13")  # besides the main environment's 3.11: core and OpenCL rows
 
 
 def rows() -> list[Row]:
-    """(name, extra environment, pytest arguments, backend whose devices must appear, python)."""
+    """(name, extra environment, pytest arguments, backend whose devices must appear, python, launcher)."""
     py = sys.executable
     out: list[tuple[str, dict[str, str], list[str], str | None]] = [
         # the core's own tests use the host backend and their own test backends only
@@ -43,17 +46,24 @@ def rows() -> list[Row]:
         out.append(("cuda-fake", {"PYOFFLOAD_PLUGINS": "cuda", "PYOFFLOAD_CUDA_DRIVER": "fake"}, CONFORMANCE, "cuda"))
     if "amdgpu" in plugins:
         out.append(("amdgpu-fake", {"PYOFFLOAD_PLUGINS": "amdgpu", "PYOFFLOAD_AMDGPU_DRIVER": "fake"}, CONFORMANCE, "amdgpu"))
-    full: list[Row] = [(*row, py) for row in out]
+    full: list[Row] = [(*row, py, (py,)) for row in out]
+    if "mpi" in plugins and shutil.which("mpirun"):
+        # Loopback TCP and shared memory only; the job's ranks outnumber the cores, hence --oversubscribe.
+        mpirun = ("mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "mtl", "^ofi,psm,psm2",
+                  "--mca", "btl", "tcp,self,vader", "--mca", "btl_tcp_if_include", "lo", "-n", "3")
+        full.append(("mpi", {"PYOFFLOAD_PLUGINS": "mpi", "PYOFFLOAD_MPI_SERVE": "opencl", "POCL_DEVICES": "pthread",
+                             "PYOFFLOAD_MPI_TIMEOUT": "30"},
+                     CONFORMANCE, "mpi", py, (*mpirun, py, "-m", "pyoffload_mpi")))
     for version in OTHER_PYTHONS:
         other = str(ROOT / f".venv-{version}" / "bin" / "python")
         tag = "py" + version.replace(".", "")
         full += [
-            (f"unit-{tag}", out[0][1], out[0][2], None, other),
-            (f"host-{tag}", {"PYOFFLOAD_PLUGINS": ""}, CONFORMANCE, "host", other),
+            (f"unit-{tag}", out[0][1], out[0][2], None, other, (other,)),
+            (f"host-{tag}", {"PYOFFLOAD_PLUGINS": ""}, CONFORMANCE, "host", other, (other,)),
         ]
         if "opencl" in plugins:
             full.append((f"opencl-2dev-{tag}", {"PYOFFLOAD_PLUGINS": "opencl", "POCL_DEVICES": "pthread pthread"},
-                         CONFORMANCE, "opencl", other))
+                         CONFORMANCE, "opencl", other, (other,)))
     return full
 
 
@@ -82,12 +92,12 @@ def main() -> int:
     results = []
     ok = True
     with tempfile.TemporaryDirectory(prefix="pyoffload-matrix-") as tmp:
-        for name, env_extra, pytest_args, backend, python in rows():
+        for name, env_extra, pytest_args, backend, python, launcher in rows():
             if args.only and name not in args.only:
                 continue
             junit = Path(tmp) / f"{name}.xml"
             env = dict(os.environ, **env_extra)
-            cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}",
+            cmd = [*launcher, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}",
                    *pytest_args, *extra]
             print(f"\n=== row {name}: {' '.join(f'{k}={v!r}' for k, v in env_extra.items())}", flush=True)
             rc = subprocess.run(cmd, cwd=tempfile.gettempdir() if pytest_args is CONFORMANCE else ROOT, env=env).returncode

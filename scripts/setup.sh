@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Set up everything pyoffload needs on a fresh Debian machine, idempotently:
 # system packages (PoCL, OpenCL loader, C/C++ compilers for host images and the pycuda build,
-# clang/lld for amdgcn images),
+# clang/lld for amdgcn images, Open MPI for pyoffload-mpi and its mpi4py build),
 # a virtual environment at .venv with pyoffload, its test tools and every plugin in plugins/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
-for pkg in pocl-opencl-icd ocl-icd-libopencl1 ocl-icd-opencl-dev clinfo gcc g++ binutils clang-15 lld-15 llvm-15; do
+for pkg in pocl-opencl-icd ocl-icd-libopencl1 ocl-icd-opencl-dev clinfo gcc g++ binutils clang-15 lld-15 llvm-15 \
+           openmpi-bin libopenmpi-dev; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then
