@@ -49,3 +49,24 @@ def errc_of(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> pyoffload.Errc
     with pytest.raises(pyoffload.OffloadError) as err:
         fn(*args, **kwargs)
     return err.value.errc
+
+
+@pytest.fixture(scope="module")
+def loaded_once() -> Any:
+    """Programs loaded once per device for a module's tests that only look symbols up or launch
+    kernels without global state (a load is slow on some backends); unloaded at the module's end."""
+    cache: dict[str, Any] = {}
+    yield cache
+    for prog in cache.values():
+        if prog.loaded:
+            prog.unload()
+
+
+@pytest.fixture
+def shared_kernels(device: Any, images: dict[str, bytes], loaded_once: dict[str, Any]) -> Any:
+    """The ``kernels`` image loaded once per device (see ``loaded_once``); tests must not unload
+    it or depend on its globals' values."""
+    prog = loaded_once.get(device.id)
+    if prog is None:
+        prog = loaded_once[device.id] = device.load_program(images["kernels"])
+    return prog

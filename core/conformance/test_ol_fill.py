@@ -14,6 +14,7 @@ import pyoffload
 from pyoffload import AllocKind, Errc
 
 from ._util import alloc_or_skip, errc_of, in_place, launch_n, read
+from ._util import loaded_once, shared_kernels  # noqa: F401 (fixtures)
 
 # (pattern, fill size): widths 1, 2, 4, 16, 17 (a packed struct) and 3 (not a power of two);
 # 1023 and 1022 are not multiples of 4.
@@ -23,12 +24,6 @@ CASES = [
     (b"\x11\x22\x33", 3 * 1000),
 ]
 CASE_IDS = [f"{len(p)}B-x{n}" for p, n in CASES]
-
-
-@pytest.fixture
-def kernels(device, images):
-    with device.load_program(images["kernels"]) as prog:
-        yield prog
 
 
 @pytest.mark.parametrize("pattern,size", CASES, ids=CASE_IDS)
@@ -67,22 +62,22 @@ def test_small_fill_of_device_memory_with_a_three_byte_pattern(device, queue):
     a.free()
 
 
-def test_fill_result_is_what_a_kernel_reads(device, kernels, queue):
+def test_fill_result_is_what_a_kernel_reads(device, shared_kernels, queue):
     """y = 1.0 and x = 0.5 by fills; y += 2x by a kernel: the fills are seen by device code."""
     n = 300
     x, y = device.alloc(4 * n), device.alloc(4 * n)
     queue.memfill(x, np.float32(0.5))
     queue.memfill(y, np.float32(1.0))
-    launch_n(queue, kernels.kernel("axpy_f32"), n, [y, x, np.float32(2.0), np.int32(n)])
+    launch_n(queue, shared_kernels.kernel("axpy_f32"), n, [y, x, np.float32(2.0), np.int32(n)])
     assert (read(y, np.float32, n) == 2.0).all()
     x.free()
     y.free()
 
 
-def test_fill_overwrites_what_a_kernel_wrote(device, kernels, queue):
+def test_fill_overwrites_what_a_kernel_wrote(device, shared_kernels, queue):
     n = 64
     a = device.alloc(4 * n)
-    queue.launch(kernels.kernel("iota_i32"), 2, 32, [a, np.int32(n), np.int32(0)])
+    queue.launch(shared_kernels.kernel("iota_i32"), 2, 32, [a, np.int32(n), np.int32(0)])
     queue.memfill(a.ptr + 4 * 16, np.int32(-7), 4 * 32)
     queue.wait()
     expect = np.arange(n, dtype=np.int32)

@@ -12,6 +12,7 @@ import pyoffload
 from pyoffload import AllocKind, Context, Errc, LocalMemory, SymbolKind
 
 from ._util import alloc_or_skip, errc_of, in_place, read
+from ._util import loaded_once, shared_kernels  # noqa: F401 (fixtures)
 
 KERNELS = ["noop", "iota_i32", "axpy_f32", "scalars", "local_reverse", "bump", "sleep_spin"]
 GLOBALS = ["table", "counter"]
@@ -71,37 +72,37 @@ def test_load_in_a_closed_context_is_invalid_context(device, images):
 
 
 @pytest.mark.parametrize("name", KERNELS)
-def test_each_kernel_is_found_as_a_kernel_only(kernels, name):
-    k = kernels.kernel(name)
-    assert k.name == name and k.program is kernels and k.device is kernels.device
-    assert kernels.kernel(name) is k, "two lookups of one kernel gave two objects"
-    assert errc_of(kernels.global_variable, name) is Errc.SYMBOL_KIND
+def test_each_kernel_is_found_as_a_kernel_only(shared_kernels, name):
+    k = shared_kernels.kernel(name)
+    assert k.name == name and k.program is shared_kernels and k.device is shared_kernels.device
+    assert shared_kernels.kernel(name) is k, "two lookups of one kernel gave two objects"
+    assert errc_of(shared_kernels.global_variable, name) is Errc.SYMBOL_KIND
 
 
 @pytest.mark.parametrize("name", GLOBALS)
-def test_each_global_is_found_as_a_global_only(kernels, name):
-    _globals_or_skip(kernels)
-    assert errc_of(kernels.kernel, name) is Errc.SYMBOL_KIND
-    g = _global_or_skip(kernels, name)
-    assert g.name == name and g.address != 0 and kernels.global_variable(name) is g
+def test_each_global_is_found_as_a_global_only(shared_kernels, name):
+    _globals_or_skip(shared_kernels)
+    assert errc_of(shared_kernels.kernel, name) is Errc.SYMBOL_KIND
+    g = _global_or_skip(shared_kernels, name)
+    assert g.name == name and g.address != 0 and shared_kernels.global_variable(name) is g
 
 
 @pytest.mark.parametrize("name", ["", "no_such_symbol", "iota_i32 ", "IOTA_I32"])
-def test_names_the_program_lacks_are_not_found(kernels, name):
-    assert errc_of(kernels.kernel, name) is Errc.NOT_FOUND
-    assert errc_of(kernels.global_variable, name) in (Errc.NOT_FOUND, Errc.UNSUPPORTED)
+def test_names_the_program_lacks_are_not_found(shared_kernels, name):
+    assert errc_of(shared_kernels.kernel, name) is Errc.NOT_FOUND
+    assert errc_of(shared_kernels.global_variable, name) in (Errc.NOT_FOUND, Errc.UNSUPPORTED)
 
 
-def test_symbol_table_agrees_with_lookups(kernels):
-    symbols = kernels.symbols()
+def test_symbol_table_agrees_with_lookups(shared_kernels):
+    symbols = shared_kernels.symbols()
     assert len({s.name for s in symbols}) == len(symbols), "a symbol is listed twice"
     for s in symbols:
         if s.kind is SymbolKind.KERNEL:
-            assert kernels.kernel(s.name).name == s.name
+            assert shared_kernels.kernel(s.name).name == s.name
         else:
-            assert errc_of(kernels.kernel, s.name) is Errc.SYMBOL_KIND
+            assert errc_of(shared_kernels.kernel, s.name) is Errc.SYMBOL_KIND
             try:
-                assert kernels.global_variable(s.name).size == s.size
+                assert shared_kernels.global_variable(s.name).size == s.size
             except pyoffload.UnsupportedError:
                 pass
 
@@ -151,27 +152,27 @@ def test_an_unloaded_program_refuses_lookups(device, images):
 
 
 @pytest.mark.parametrize("kind", [AllocKind.HOST, AllocKind.MANAGED], ids=["HOST", "MANAGED"])
-def test_kernel_writes_host_visible_memory_read_in_place(device, kernels, queue, kind):
+def test_kernel_writes_host_visible_memory_read_in_place(device, shared_kernels, queue, kind):
     n = 64
     mem = alloc_or_skip(device, 4 * n, kind)
-    queue.launch(kernels.kernel("iota_i32"), 1, n, [mem, np.int32(n), np.int32(0)]).wait()
+    queue.launch(shared_kernels.kernel("iota_i32"), 1, n, [mem, np.int32(n), np.int32(0)]).wait()
     assert np.array_equal(in_place(mem, np.int32), np.arange(n, dtype=np.int32))
     mem.free()
 
 
-def test_kernel_reads_host_visible_memory_written_in_place(device, kernels, queue):
+def test_kernel_reads_host_visible_memory_written_in_place(device, shared_kernels, queue):
     n = 128
     x = alloc_or_skip(device, 4 * n, AllocKind.MANAGED)
     np.frombuffer(x, np.float32)[:] = np.arange(n, dtype=np.float32)
     y = device.alloc(4 * n)
     pyoffload.memfill(y, np.float32(1.0))
-    queue.launch(kernels.kernel("axpy_f32"), 4, 32, [y, x, np.float32(-1.0), np.int32(n)]).wait()
+    queue.launch(shared_kernels.kernel("axpy_f32"), 4, 32, [y, x, np.float32(-1.0), np.int32(n)]).wait()
     assert np.array_equal(read(y, np.float32, n), 1.0 - np.arange(n, dtype=np.float32))
     x.free()
     y.free()
 
 
-def test_arguments_are_captured_at_launch(device, kernels, queue):
+def test_arguments_are_captured_at_launch(device, shared_kernels, queue):
     """Changing the argument list after a launch does not change the launch (UR: arguments set
     again between enqueues)."""
     n = 32
@@ -179,16 +180,16 @@ def test_arguments_are_captured_at_launch(device, kernels, queue):
     args = [None, np.int32(n), np.int32(0)]
     for i, b in enumerate(bufs):
         args[0], args[2] = b, np.int32(100 * i)
-        queue.launch(kernels.kernel("iota_i32"), 1, n, args)
+        queue.launch(shared_kernels.kernel("iota_i32"), 1, n, args)
     queue.wait()
     for i, b in enumerate(bufs):
         assert np.array_equal(read(b, np.int32, n), np.arange(100 * i, 100 * i + n, dtype=np.int32))
         b.free()
 
 
-def test_a_tuple_of_arguments_is_accepted(device, kernels, queue):
+def test_a_tuple_of_arguments_is_accepted(device, shared_kernels, queue):
     out = device.alloc(16)
-    queue.launch(kernels.kernel("iota_i32"), 1, 4, (out, np.int32(4), np.int32(9))).wait()
+    queue.launch(shared_kernels.kernel("iota_i32"), 1, 4, (out, np.int32(4), np.int32(9))).wait()
     assert list(read(out, np.int32, 4)) == [9, 10, 11, 12]
     out.free()
 

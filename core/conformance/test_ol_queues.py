@@ -14,6 +14,7 @@ import pyoffload
 from pyoffload import AllocKind, Errc
 
 from ._util import alloc_or_skip, errc_of, in_place, read
+from ._util import loaded_once, shared_kernels  # noqa: F401 (fixtures)
 
 CHAIN = 16
 
@@ -110,13 +111,13 @@ def test_host_functions_run_in_order(device, queue):
     assert buf == [1, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 377, 610, 987]
 
 
-def test_blocking_host_function_holds_back_a_kernel_writing_managed_memory(device, kernels, queue):
+def test_blocking_host_function_holds_back_a_kernel_writing_managed_memory(device, shared_kernels, queue):
     n = 64
     mem = alloc_or_skip(device, 4 * n, AllocKind.MANAGED)
     np.frombuffer(mem, np.int32)[:] = 0
     gate = threading.Event()
     queue.launch_host_function(gate.wait)
-    queue.launch(kernels.kernel("iota_i32"), 1, n, [mem, np.int32(n), np.int32(0)])
+    queue.launch(shared_kernels.kernel("iota_i32"), 1, n, [mem, np.int32(n), np.int32(0)])
     assert not in_place(mem, np.int32).any(), "the kernel ran before the host function returned"
     gate.set()
     queue.wait()
@@ -139,28 +140,26 @@ def test_destroy_waits_for_outstanding_work(device, kernels):
     out.free()
 
 
-def _ops(device, kernels):
-    a = device.alloc(16)
-    return a, {
-        "destroy": lambda q: q.destroy(),
-        "record": lambda q: q.record(),
-        "query": lambda q: q.query(),
-        "memcpy": lambda q: q.memcpy(a, np.zeros(16, np.uint8)),
-        "memfill": lambda q: q.memfill(a, b"\x00"),
-        "host-function": lambda q: q.launch_host_function(lambda: None),
-        "alloc-async": lambda q: q.alloc_async(64),
-        "prepare": lambda q: q.prepare(kernels.kernel("noop"), 1, 1, []),
-    }
+OPS = {
+    "destroy": lambda q, a, k: q.destroy(),
+    "record": lambda q, a, k: q.record(),
+    "query": lambda q, a, k: q.query(),
+    "memcpy": lambda q, a, k: q.memcpy(a, np.zeros(16, np.uint8)),
+    "memfill": lambda q, a, k: q.memfill(a, b"\x00"),
+    "host-function": lambda q, a, k: q.launch_host_function(lambda: None),
+    "alloc-async": lambda q, a, k: q.alloc_async(64),
+    "prepare": lambda q, a, k: q.prepare(k.kernel("noop"), 1, 1, []),
+    "launch": lambda q, a, k: q.launch(k.kernel("noop"), 1, 1, []),
+}
 
 
-@pytest.mark.parametrize("op", ["destroy", "record", "query", "memcpy", "memfill", "host-function",
-                                "alloc-async", "prepare"])
-def test_a_destroyed_queue_refuses_every_operation(device, kernels, op):
+@pytest.mark.parametrize("op", list(OPS))
+def test_a_destroyed_queue_refuses_every_operation(device, shared_kernels, op):
     q = device.create_queue()
     q.destroy()
-    a, ops = _ops(device, kernels)
+    a = device.alloc(16)
     try:
-        assert errc_of(ops[op], q) is Errc.INVALID_QUEUE
+        assert errc_of(OPS[op], q, a, shared_kernels) is Errc.INVALID_QUEUE
     finally:
         a.free()
 
