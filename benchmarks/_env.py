@@ -90,12 +90,12 @@ def targets(wanted: set[str] | None = None) -> list[Target]:
         if dev.backend in seen or (wanted and dev.backend not in wanted):
             continue
         seen.add(dev.backend)
-        images = dev.disp.conformance_images_impl(dev.handle)
-        t = Target(dev, dev.backend, images)
-        if dev.backend == "opencl":
-            t.raw = _raw_opencl(dev)
-        elif dev.backend == "host":
-            t.raw = _raw_host(images)
+        t = Target(dev, dev.backend, {})
+        # Only the backends with a raw baseline here need the conformance images (on CUDA,
+        # building them needs nvcc; bench_cuda ships its own PTX).
+        if dev.backend in ("opencl", "host"):
+            t.images = dev.disp.conformance_images_impl(dev.handle)
+            t.raw = _raw_opencl(dev) if dev.backend == "opencl" else _raw_host(t.images)
         out.append(t)
     return out
 

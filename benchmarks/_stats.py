@@ -13,7 +13,7 @@ import dataclasses
 import gc
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 Batch = Callable[[int], Any]
@@ -33,7 +33,7 @@ def time_batch(batch: Batch, n: int) -> float:
     return (t1 - t0) * 1e-9 / n
 
 
-def measure(contenders: dict[str, Batch], n: int, repeats: int, warmup: int | None = None) -> dict[str, list[float]]:
+def measure(contenders: Mapping[str, Batch], n: int, repeats: int, warmup: int | None = None) -> dict[str, list[float]]:
     """Per-repeat seconds/op for each contender, all measured in the same process and repeat."""
     names = list(contenders)
     w = max(1, n // 10) if warmup is None else warmup
@@ -50,7 +50,9 @@ def measure(contenders: dict[str, Batch], n: int, repeats: int, warmup: int | No
 
 @dataclasses.dataclass
 class Target:
-    """``field`` (``ratio`` or ``value``) compared with ``op`` (``<=`` or ``>=``) to ``limit``."""
+    """``field`` compared with ``op`` (``<=`` or ``>=``) to ``limit``: ``ratio`` (pyoffload over
+    the baseline), ``value`` (pyoffload alone) or ``diff`` (pyoffload minus the baseline), each
+    the median over the repeats."""
 
     field: str
     op: str
@@ -58,7 +60,7 @@ class Target:
     text: str
 
     def met(self, fig: Figure) -> bool | None:
-        got = fig.ratio_median if self.field == "ratio" else fig.value_median
+        got = {"ratio": fig.ratio_median, "value": fig.value_median, "diff": fig.diff_median}[self.field]
         if got is None:
             return None
         return got <= self.limit if self.op == "<=" else got >= self.limit
@@ -97,8 +99,18 @@ class Figure:
         r = self.ratios
         return statistics.median(r) if r else None
 
+    @property
+    def diffs(self) -> list[float]:
+        return [v - b for v, b in zip(self.values, self.base_values)] if self.base_values else []
+
+    @property
+    def diff_median(self) -> float | None:
+        d = self.diffs
+        return statistics.median(d) if d else None
+
     def as_dict(self) -> dict[str, Any]:
         r = self.ratios
+        d = self.diffs
         met = self.target.met(self) if self.target else None
         return {
             "suite": self.suite,
@@ -116,6 +128,9 @@ class Figure:
             "ratio_median": statistics.median(r) if r else None,
             "ratio_min": min(r) if r else None,
             "ratio_max": max(r) if r else None,
+            "diff_median": statistics.median(d) if d else None,
+            "diff_min": min(d) if d else None,
+            "diff_max": max(d) if d else None,
             "target": self.target.text if self.target else None,
             "met": met,
             "note": self.note,

@@ -1,9 +1,9 @@
 """2. Allocation + free across sizes, pool on and off; free / mem_info lookup with many live
 allocations.
 
-The pool threshold is read from ``PYOFFLOAD_POOL_THRESHOLD`` when the runtime initialises; the
-pool-off contender sets the live runtime's ``pool_threshold`` to 0 for the length of its batch,
-which is exactly what the variable does (the allocation path reads the attribute each call).
+The pool-off contender sets the public ``device.memory_pool().max_request`` to 0 for the length
+of its batch (what ``PYOFFLOAD_POOL_THRESHOLD=0`` does at start): every request then goes
+straight to the backend, without dropping what the pool has cached for the pool-on contender.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ def run(devs: list[Dev], cfg: Any) -> list[Figure]:
     for d in devs:
         if d.raw is not None:
             out += _alloc_free(d, cfg)
-    host = [d for d in devs if d.backend == "host"]
-    if host:
-        out += _lookup(host[0], cfg)
+    for d in devs:
+        if d.raw is not None:
+            out += _lookup(d, cfg)
     return out
 
 
@@ -58,7 +58,7 @@ def _raw_batch(d: Dev, size: int) -> tuple[Any, str]:
 
 def _alloc_free(d: Dev, cfg: Any) -> list[Figure]:
     dev = d.device
-    rt = dev.rt
+    pool = dev.memory_pool()
     alloc, free = dev.alloc, pyoffload.free
     figs = []
     for size in sizes(cfg.quick):
@@ -69,18 +69,18 @@ def _alloc_free(d: Dev, cfg: Any) -> list[Figure]:
                 free(alloc(size))
 
         def pool_off(n: int, size: int = size) -> None:
-            saved, rt.pool_threshold = rt.pool_threshold, 0
+            saved, pool.max_request = pool.max_request, 0
             try:
                 for _ in range(n):
                     free(alloc(size))
             finally:
-                rt.pool_threshold = saved
+                pool.max_request = saved
 
         n = cfg.n(2000 if size <= MiB else 300)
         t = measure({"on": pool_on, "off": pool_off, "raw": raw}, n, cfg.repeats)
-        small = size < MiB
-        tgt_raw = Target("ratio", "<=", 3.0, "≤ 3× raw") if small else Target("ratio", "<=", 1.2, "≤ 1.2× raw")
-        pooled = size <= rt.pool_threshold
+        tgt_raw = Target("ratio", "<=", 2.0, "≤ 2× raw")
+        bound = pool.max_request
+        pooled = bound is None or size <= bound
         p = fmt_size(size)
         figs.append(Figure(SUITE, "alloc+free, pool on", d.backend, p, "us", us(t["on"]), raw_name, us(t["raw"]),
                            tgt_raw, extra={"size": size}))
@@ -97,7 +97,7 @@ def _alloc_free(d: Dev, cfg: Any) -> list[Figure]:
 def _lookup(d: Dev, cfg: Any) -> list[Figure]:
     """mem_info(interior pointer) and free(base pointer) with 10^3 .. 10^5 live allocations."""
     dev = d.device
-    counts = [10**3, 10**4] if cfg.quick else [10**3, 10**4, 10**5]
+    counts = [10**3, 10**5] if cfg.quick else [10**3, 10**4, 10**5]
     live: list[Any] = []
     rng = random.Random(1)
     figs = []
@@ -136,10 +136,10 @@ def _lookup(d: Dev, cfg: Any) -> list[Figure]:
         if not first:
             first = {"lookup": lk, "free": fr}
         c = fmt_count(count)
-        tgt = Target("value", "<=", 2.0, "≤ 2 µs at 10^5") if count >= 10**5 else None
-        figs.append(Figure(SUITE, "mem_info(interior ptr) lookup", "host", c, "us", us(lk),
-                           f"same at {fmt_count(counts[0])} live", us(first["lookup"]), tgt, extra={"count": count}))
-        figs.append(Figure(SUITE, "free(base ptr)", "host", c, "us", us(fr),
+        # No CPU target: the figure is reported (the GPU table's target is ≤ 1 µs at 10^5).
+        figs.append(Figure(SUITE, "mem_info(interior ptr) lookup", d.backend, c, "us", us(lk),
+                           f"same at {fmt_count(counts[0])} live", us(first["lookup"]), extra={"count": count}))
+        figs.append(Figure(SUITE, "free(base ptr)", d.backend, c, "us", us(fr),
                            f"same at {fmt_count(counts[0])} live", us(first["free"]), extra={"count": count}))
     for a in live:
         pyoffload.free(a)

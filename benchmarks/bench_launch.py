@@ -1,7 +1,9 @@
-"""1. Launch of an empty kernel: prepared, with arguments each time, against the raw binding.
+"""1. Launch of an empty kernel: prepared, with arguments each time, against the raw binding;
+waiting on an idle queue.
 
-Each batch enqueues ``n`` launches and then waits for the queue once, on both sides, so the
-figure is the enqueue cost plus an equal share of one final wait.
+Each launch batch enqueues ``n`` launches and then waits for the queue once, on both sides, so
+the figure is the enqueue cost plus an equal share of one final wait.  The idle-queue figure is
+``queue.wait()`` with nothing in flight against pyopencl's ``finish()`` on its idle queue.
 """
 
 from __future__ import annotations
@@ -81,8 +83,9 @@ def _opencl(d: Dev, cfg: Any) -> list[Figure]:
                Target("ratio", "<=", 1.3, "≤ 1.3× raw prepared")),
         Figure(SUITE, "launch with args each time (queue.launch)", "opencl", "iota_i32(ptr, i32, i32)", "us",
                us(t["ours_args"]), "pyopencl knl(queue, g, l, *args)", us(t["raw_args"]),
-               Target("ratio", "<=", 1.15, "≤ 1.15× knl(queue, ...)")),
+               Target("ratio", "<=", 1.0, "≤ 1.0× knl(queue, ...)")),
     ]
+    figs.append(_idle_wait(q, rq, cfg))
     if "grunnur_prepared" in t:
         figs.append(Figure(SUITE, "prepared launch vs grunnur", "opencl", "noop", "us", us(t["ours_prepared"]),
                            "grunnur PreparedKernel(queue)", us(t["grunnur_prepared"]),
@@ -97,6 +100,27 @@ def _opencl(d: Dev, cfg: Any) -> list[Figure]:
     q.destroy()
     raw_buf.release()
     return figs
+
+
+def _idle_wait(q: Any, rq: Any, cfg: Any) -> Figure:
+    """``q.wait()`` on a queue whose work is all done, against ``finish()`` on an idle pyopencl queue."""
+    q.wait()
+    rq.finish()
+
+    def ours(n: int) -> None:
+        wait = q.wait
+        for _ in range(n):
+            wait()
+
+    def raw(n: int) -> None:
+        finish = rq.finish
+        for _ in range(n):
+            finish()
+
+    t = measure({"ours": ours, "raw": raw}, cfg.n(20000), cfg.repeats)
+    return Figure(SUITE, "queue.wait() on an idle queue", "opencl", "", "us", us(t["ours"]),
+                  "pyopencl queue.finish() on an idle queue", us(t["raw"]),
+                  Target("ratio", "<=", 2.0, "≤ 2× finish()"))
 
 
 def _grunnur(cl_device: Any) -> dict[str, Any]:

@@ -1,18 +1,20 @@
-"""6. ``import pyoffload`` + discovery, cold, in a fresh process; 7. one dispatch with and
-without the tracing wrapper.
+"""6. ``import pyoffload`` + discovery in a fresh process; 7. one dispatch with and without the
+tracing wrapper.
 
-Startup is timed inside each fresh interpreter (from before the import to after
-``pyoffload.devices()``), so the interpreter's own start is not charged to pyoffload.  The
-baseline is the vendor binding's own discovery in a fresh process (``import pyopencl`` and list
-every platform's devices).  The slowest imports of one run (``-X importtime``) are kept in the JSON
-so a missed target says where the time goes.
+The startup target is on whole processes: ``python -c "import pyoffload; pyoffload.devices()"``
+against ``python -c "import pyopencl; <list every platform's devices>"``, each timed from outside
+(start to exit, interpreter included), run in turn A B A B after one warm-up of each, the
+difference taken per pair.  Inside-the-process timings (import alone; host backend only) say
+where the time goes, and the slowest imports of one run (``-X importtime``) are kept in the JSON.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
+import time
 from typing import Any
 
 from _env import Target as Dev
@@ -22,10 +24,15 @@ OURS = (
     "import time; t=time.perf_counter(); import pyoffload; a=time.perf_counter(); "
     "pyoffload.devices(); b=time.perf_counter(); print((a-t)*1e3, (b-t)*1e3)"
 )
-RAW = (
-    "import time; t=time.perf_counter(); import pyopencl as cl; "
-    "[p.get_devices() for p in cl.get_platforms()]; b=time.perf_counter(); print(0, (b-t)*1e3)"
-)
+OURS_PROCESS = "import pyoffload; pyoffload.devices()"
+RAW_PROCESS = "import pyopencl as cl; [p.get_devices() for p in cl.get_platforms()]"
+
+
+def _process_ms(code: str) -> float:
+    """Wall time of a whole ``python -c code`` process, start to exit, in ms."""
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], check=True, stdout=subprocess.DEVNULL)
+    return (time.perf_counter() - t0) * 1e3
 
 
 def _fresh(code: str, env: dict[str, str] | None = None, *flags: str) -> tuple[float, float, str]:
@@ -52,35 +59,42 @@ def _importtime_top(k: int = 12, env: dict[str, str] | None = None) -> list[tupl
 
 
 def startup(devs: list[Dev], cfg: Any) -> list[Figure]:
-    reps = 3 if cfg.quick else 7
-    imp, total, raw, host_only = [], [], [], []
-    has_opencl = any(d.backend == "opencl" for d in devs)
+    reps = 5 if cfg.quick else 11
+    has_pyopencl = importlib.util.find_spec("pyopencl") is not None
     env_host = {**os.environ, "PYOFFLOAD_PLUGINS": ""}
+    ours_p, raw_p = [], []
+    _process_ms(OURS_PROCESS)  # warm-up: the page cache, not pyoffload, is what a first run measures
+    if has_pyopencl:
+        _process_ms(RAW_PROCESS)
     for _ in range(reps):
+        ours_p.append(_process_ms(OURS_PROCESS))
+        if has_pyopencl:
+            raw_p.append(_process_ms(RAW_PROCESS))
+    imp, total, host_only = [], [], []
+    for _ in range(3 if cfg.quick else 5):
         i, t, _ = _fresh(OURS)
         imp.append(i)
         total.append(t)
         host_only.append(_fresh(OURS, env_host)[1])
-        if has_opencl:
-            raw.append(_fresh(RAW)[1])
     backends = ", ".join(sorted({d.backend for d in devs}))
-    figs = [
-        Figure("startup", "import pyoffload (cold, fresh process)", "all", "", "ms", imp),
-        Figure("startup", f"import pyoffload + devices() (cold; backends: {backends})", "all", "", "ms", total,
-               "import pyopencl + list devices (fresh process)" if raw else "", raw or None,
-               Target("value", "<=", 150.0, "≤ 150 ms"), extra={"importtime_top_ms": _importtime_top()}),
-        Figure("startup", "import pyoffload + devices(), host only (PYOFFLOAD_PLUGINS=)", "host", "", "ms",
-               host_only, target=Target("value", "<=", 150.0, "≤ 150 ms"),
-               extra={"importtime_top_ms": _importtime_top(env=env_host)}),
+    return [
+        Figure("startup", f"process: import pyoffload + devices() (backends: {backends})", "all", "", "ms", ours_p,
+               "process: import pyopencl + list devices" if raw_p else "", raw_p or None,
+               Target("diff", "<=", 50.0, "≤ +50 ms over pyopencl") if raw_p else None,
+               note="" if raw_p else "pyopencl is not installed: no baseline",
+               extra={"importtime_top_ms": _importtime_top()}),
+        Figure("startup", "in process: import pyoffload", "all", "", "ms", imp),
+        Figure("startup", "in process: import pyoffload + devices()", "all", "", "ms", total),
+        Figure("startup", "in process: import pyoffload + devices(), host only (PYOFFLOAD_PLUGINS=)", "host", "",
+               "ms", host_only, extra={"importtime_top_ms": _importtime_top(env=env_host)}),
     ]
-    return figs
 
 
 def dispatch(devs: list[Dev], cfg: Any) -> list[Figure]:
     """queue_query_impl: the backend's function itself, through the dispatcher, through pluggy,
     and through the dispatcher with the tracing wrapper registered."""
     from pyoffload import runtime
-    from pyoffload.tracing import TracingPlugin
+    from pyoffload.hooks.tracing import TracingPlugin
 
     figs = []
     for d in devs:

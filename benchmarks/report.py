@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import pathlib
 from typing import Any
@@ -37,6 +38,8 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         val = f"{_num(r['median'])} {r['unit']} [{_num(r['min'])}–{_num(r['max'])}]"
         ratio = (f"{r['ratio_median']:.3f} [{r['ratio_min']:.3f}–{r['ratio_max']:.3f}]"
                  if r["ratio_median"] is not None else "—")
+        if r.get("diff_median") is not None and r["unit"] == "ms":
+            ratio += f"; Δ {r['diff_median']:+.1f} ms [{r['diff_min']:+.1f}–{r['diff_max']:+.1f}]"
         met = {True: "yes", False: "**NO**", None: ""}[r["met"]]
         base = r["baseline"] or "—"
         lines.append(f"| {r['suite']} | {r['name']} | {r['backend']} | {r['param']} | {val} | {base} | "
@@ -54,10 +57,17 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
 
 
 def write(outdir: pathlib.Path, rows: list[dict[str, Any]], meta: dict[str, Any]) -> list[pathlib.Path]:
+    """Write the JSON, the markdown and the plots; without matplotlib the plots are listed as not
+    drawn (a GPU machine may lack it) and the rest is written all the same."""
     outdir.mkdir(parents=True, exist_ok=True)
+    if importlib.util.find_spec("matplotlib") is None:
+        meta["skipped"].append("plots: matplotlib is not installed (pip install -r benchmarks/requirements.txt)")
+        drawn: list[pathlib.Path] = []
+    else:
+        drawn = plots(outdir, rows)
     (outdir / "results.json").write_text(json.dumps({"meta": meta, "results": rows}, indent=1))
     (outdir / "results.md").write_text(markdown(rows, meta))
-    return plots(outdir, rows)
+    return drawn
 
 
 def _series(rows: list[dict[str, Any]], suite: str, name: str, backend: str, key: str) -> tuple[list, list, list]:
@@ -119,17 +129,20 @@ def plots(outdir: pathlib.Path, rows: list[dict[str, Any]]) -> list[pathlib.Path
             save(fig, f"memcpy_{b}.png")
         else:
             plt.close(fig)
-    # lookup scaling (host)
-    x, lk, _ = _series(rows, "alloc", "mem_info(interior ptr) lookup", "host", "count")
-    if x:
-        _, fr, _ = _series(rows, "alloc", "free(base ptr)", "host", "count")
+    # lookup scaling, per backend
+    for b in backends:
+        x, lk, _ = _series(rows, "alloc", "mem_info(interior ptr) lookup", b, "count")
+        if not x:
+            continue
+        _, fr, _ = _series(rows, "alloc", "free(base ptr)", b, "count")
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
         ax.semilogx(x, lk, "o-", label="mem_info(interior pointer)")
         ax.semilogx(x, fr, "s-", label="free(base pointer)")
-        ax.set(xlabel="live allocations", ylabel="µs per call (median)", title="registry lookup, host", ylim=(0, None))
+        ax.set(xlabel="live allocations", ylabel="µs per call (median)", title=f"registry lookup, {b}",
+               ylim=(0, None))
         ax.legend()
         ax.grid(True, which="both", alpha=0.3)
-        save(fig, "lookup_host.png")
+        save(fig, f"lookup_{b}.png")
     x, lk, _ = _series(rows, "pinning", "is_pinned(ptr) lookup", "host", "count")
     if x:
         fig, ax = plt.subplots(figsize=(6.4, 4.2))

@@ -21,7 +21,7 @@ import traceback
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-SUITES = ("launch", "alloc", "memcpy", "pinning", "programs", "startup", "dispatch")
+SUITES = ("launch", "alloc", "memcpy", "pinning", "programs", "startup", "dispatch", "cuda")
 
 
 @dataclasses.dataclass
@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import _env
     import bench_alloc
+    import bench_cuda
     import bench_launch
     import bench_memcpy
     import bench_pinning
@@ -81,13 +82,14 @@ def main(argv: list[str] | None = None) -> int:
         "pinning": bench_pinning.run,
         "programs": bench_programs.run,
         "dispatch": bench_startup.dispatch,
+        "cuda": bench_cuda.run,
     }
     devs = _env.targets(set(args.backend) if args.backend else None)
     for rep in pyoffload.plugins():
         if rep.status != "ok":
             cfg.skip("all", rep.name, f"{rep.status}: {rep.reason}")
     for d in devs:
-        if d.raw is None:
+        if d.raw is None and d.backend != "cuda":  # CUDA has its own suite against pycuda, cuda.core, CuPy
             cfg.skip("all", d.backend, "no raw baseline for this backend in the benchmarks yet")
     figures = []
     for name, fn in runners.items():
