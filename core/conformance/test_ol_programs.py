@@ -205,8 +205,17 @@ def test_local_memory_of_size_zero_is_an_invalid_size():
                                        "of another context is INVALID_ARGUMENT")
 def test_kernel_of_another_context_is_an_invalid_argument(device, images, queue):
     ctx = Context([device])
+    got = None
     try:
         with device.load_program(images["kernels"], context=ctx) as prog:
-            assert errc_of(queue.launch, prog.kernel("noop"), 1, 1, []) is Errc.INVALID_ARGUMENT
+            try:
+                queue.launch(prog.kernel("noop"), 1, 1, []).wait()
+            except pyoffload.OffloadError as exc:
+                got = exc.errc
+            try:
+                queue.wait()  # a failure of the work itself is reported here once more: take it
+            except pyoffload.OffloadError:
+                pass
     finally:
         ctx.close()
+    assert got is Errc.INVALID_ARGUMENT
