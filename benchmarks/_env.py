@@ -82,8 +82,10 @@ def _raw_host(images: dict[str, bytes]) -> RawHost:
     return RawHost(lib, path, libc)
 
 
-def targets(wanted: set[str] | None = None) -> list[Target]:
-    """One target per backend present (its first device)."""
+def targets(wanted: set[str] | None = None, skipped: list[str] | None = None) -> list[Target]:
+    """One target per backend present (its first device).  A backend whose baseline cannot be
+    set up here (no C compiler for the host images, pyopencl missing) is measured without one,
+    the reason appended to ``skipped``."""
     seen: set[str] = set()
     out: list[Target] = []
     for dev in pyoffload.devices():
@@ -94,8 +96,13 @@ def targets(wanted: set[str] | None = None) -> list[Target]:
         # Only the backends with a raw baseline here need the conformance images (on CUDA,
         # building them needs nvcc; bench_cuda ships its own PTX).
         if dev.backend in ("opencl", "host"):
-            t.images = dev.disp.conformance_images_impl(dev.handle)
-            t.raw = _raw_opencl(dev) if dev.backend == "opencl" else _raw_host(t.images)
+            try:
+                t.images = dev.disp.conformance_images_impl(dev.handle)
+                t.raw = _raw_opencl(dev) if dev.backend == "opencl" else _raw_host(t.images)
+            except Exception as exc:  # the baseline is optional; the rest of the run is not
+                if skipped is not None:
+                    skipped.append(f"all / {dev.backend}: no raw baseline here: {exc!r}")
+                t.images, t.raw = {}, None
         out.append(t)
     return out
 

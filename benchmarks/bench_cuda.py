@@ -16,6 +16,8 @@ pageable and pinned, against pycuda; ``mem_info`` with 10^5 live allocations.
 from __future__ import annotations
 
 import os
+import subprocess
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -39,7 +41,11 @@ def run(devs: list[Dev], cfg: Any) -> list[Figure]:
         cfg.skip(SUITE, "cuda", "PYOFFLOAD_CUDA_DRIVER=fake: the fake driver's timings say nothing about a GPU")
         return []
     d = cuda[0]
-    ptx, origin = _cuda_kernels.load()
+    try:
+        ptx, origin = _cuda_kernels.load()
+    except (OSError, subprocess.CalledProcessError) as exc:
+        cfg.skip(SUITE, "cuda", f"no kernels: {exc} (build them with scripts/build_wheelhouse.sh)")
+        return []
     names = _cuda_kernels.mangled(ptx)
     base = _Baselines(d.device, ptx, names, cfg)
     try:
@@ -68,21 +74,23 @@ class _Baselines:
         self.pycuda: _PyCuda | None = None
         self.cc: _CudaCore | None = None
         self.cupy: Any = None
+        # Each baseline is optional: missing (ImportError) or unusable here (any other error of
+        # its own API), it is noted and its figures are left out; the others still run.
         try:
             self.pycuda = _PyCuda(dev, ptx, names)
-        except ImportError as exc:
-            cfg.skip(SUITE, "cuda", f"pycuda baselines: {exc}")
+        except Exception as exc:
+            cfg.skip(SUITE, "cuda", f"pycuda baselines: {exc!r}")
         try:
             self.cc = _CudaCore(dev, ptx, names)
-        except ImportError as exc:
-            cfg.skip(SUITE, "cuda", f"cuda.core baselines: {exc}")
+        except Exception as exc:
+            cfg.skip(SUITE, "cuda", f"cuda.core baselines: {exc!r}")
         try:
             import cupy
 
             cupy.cuda.Device(int(dev.index)).use()
             self.cupy = cupy
-        except ImportError as exc:
-            cfg.skip(SUITE, "cuda", f"CuPy baseline (alloc+free): {exc}")
+        except Exception as exc:
+            cfg.skip(SUITE, "cuda", f"CuPy baseline (alloc+free): {exc!r}")
 
     def close(self) -> None:
         if self.pycuda is not None:
@@ -100,7 +108,11 @@ class _PyCuda:
         self.drv = drv
         self.ctx = drv.Device(ordinal).retain_primary_context()
         self.ctx.push()
-        self.module = drv.module_from_buffer(ptx)
+        try:
+            self.module = drv.module_from_buffer(ptx)
+        except Exception:
+            self.ctx.pop()
+            raise
         self.noop = self.module.get_function(names["noop"])
         self.noop.prepare("")
         self.iota = self.module.get_function(names["iota_i32"])
@@ -132,6 +144,17 @@ class _CudaCore:
         self.config = cc.LaunchConfig(grid=1, block=1)
         self.buf = self.dev.allocate(64, stream=self.stream)
         self.mr = self.dev.memory_resource
+
+
+def _add_if_it_runs(contenders: dict[str, Any], name: str, batch: Callable[[int], None], cfg: Any) -> None:
+    """Add an optional baseline's batch after one trial call, so that an API mismatch is a note
+    and not a failed suite."""
+    try:
+        batch(1)
+    except Exception as exc:
+        cfg.skip(SUITE, "cuda", f"{name}: {exc!r}")
+    else:
+        contenders[name] = batch
 
 
 def _launch(d: Dev, ptx: bytes, base: _Baselines, cfg: Any) -> list[Figure]:
@@ -172,7 +195,8 @@ def _launch(d: Dev, ptx: bytes, base: _Baselines, cfg: Any) -> list[Figure]:
                 call(grid, block, stream, ptr, 1, 0)
             stream.synchronize()
 
-        c.update(pycuda_prepared=pycuda_prepared, pycuda_args=pycuda_args)
+        _add_if_it_runs(c, "pycuda_prepared", pycuda_prepared, cfg)
+        _add_if_it_runs(c, "pycuda_args", pycuda_args, cfg)
     if base.cc is not None:
         cc = base.cc
         launch_cc, s, cfg_cc, kern, cbuf = cc.cc.launch, cc.stream, cc.config, cc.iota, cc.buf
@@ -182,7 +206,7 @@ def _launch(d: Dev, ptx: bytes, base: _Baselines, cfg: Any) -> list[Figure]:
                 launch_cc(s, cfg_cc, kern, cbuf, n1, zero)
             s.sync()
 
-        c["cuda_core_args"] = cuda_core_args
+        _add_if_it_runs(c, "cuda_core_args", cuda_core_args, cfg)
     t = measure(c, cfg.n(5000), cfg.repeats)
     figs = []
     args_name = "launch with args each time (queue.launch)"
@@ -190,6 +214,7 @@ def _launch(d: Dev, ptx: bytes, base: _Baselines, cfg: Any) -> list[Figure]:
         figs.append(Figure(SUITE, args_name, "cuda", "iota_i32(ptr, i32, i32)", "us", us(t["ours_args"]),
                            "pycuda prepared_async_call(grid, block, stream, *args)", us(t["pycuda_args"]),
                            Target("ratio", "<=", 1.3, "≤ 1.3× pycuda prepared")))
+    if "pycuda_prepared" in t:
         figs.append(Figure(SUITE, "prepared launch (queue.prepare(...)())", "cuda", "noop", "us",
                            us(t["ours_prepared"]), "pycuda prepared_async_call (noop)", us(t["pycuda_prepared"]),
                            Target("ratio", "<=", 1.2, "≤ 1.2× pycuda prepared")))
@@ -235,7 +260,7 @@ def _alloc(d: Dev, base: _Baselines, cfg: Any) -> list[Figure]:
                 for _ in range(n):
                     malloc(size)  # the MemoryPointer is dropped at once: back to CuPy's pool
 
-            c["cupy"] = cupy_pool
+            _add_if_it_runs(c, "cupy", cupy_pool, cfg)
         if base.cc is not None:
             mr, s = base.cc.mr, base.cc.stream
 
@@ -244,7 +269,7 @@ def _alloc(d: Dev, base: _Baselines, cfg: Any) -> list[Figure]:
                     mr.allocate(size, stream=s).close(s)
                 s.sync()
 
-            c["cuda_core"] = cuda_core_mr
+            _add_if_it_runs(c, "cuda_core", cuda_core_mr, cfg)
         t = measure(c, cfg.n(2000 if size <= MiB else 500), cfg.repeats)
         p = fmt_size(size)
         extra = {"size": size}

@@ -71,8 +71,10 @@ def write(outdir: pathlib.Path, rows: list[dict[str, Any]], meta: dict[str, Any]
 
 
 def _series(rows: list[dict[str, Any]], suite: str, name: str, backend: str, key: str) -> tuple[list, list, list]:
+    # The CUDA suite measures the same alloc and lookup figures under its own suite name.
+    suites = (suite, "cuda") if suite == "alloc" else (suite,)
     pts = sorted((r["extra"][key], r) for r in rows
-                 if r["suite"] == suite and r["name"] == name and r["backend"] == backend and "extra" in r)
+                 if r["suite"] in suites and r["name"] == name and r["backend"] == backend and "extra" in r)
     return [p[0] for p in pts], [p[1]["median"] for p in pts], [p[1] for p in pts]
 
 

@@ -84,12 +84,12 @@ def main(argv: list[str] | None = None) -> int:
         "dispatch": bench_startup.dispatch,
         "cuda": bench_cuda.run,
     }
-    devs = _env.targets(set(args.backend) if args.backend else None)
+    devs = _env.targets(set(args.backend) if args.backend else None, cfg.skipped)
     for rep in pyoffload.plugins():
         if rep.status != "ok":
             cfg.skip("all", rep.name, f"{rep.status}: {rep.reason}")
     for d in devs:
-        if d.raw is None and d.backend != "cuda":  # CUDA has its own suite against pycuda, cuda.core, CuPy
+        if d.raw is None and d.backend not in ("cuda", "opencl", "host"):  # cuda: its own suite
             cfg.skip("all", d.backend, "no raw baseline for this backend in the benchmarks yet")
     figures = []
     for name, fn in runners.items():
