@@ -136,8 +136,14 @@ class Program:
         self._release(at_exit=False)
 
     def _release(self, at_exit: bool) -> None:
+        # Launches of our kernels, and copies, fills and launches that use our globals.
+        users = dict(self.users)
+        for g in list(self._globals.values()):
+            for queue, seq in list((g.allocation.users or {}).items()):
+                if seq > users.get(queue, 0):
+                    users[queue] = seq
         try:
-            for queue, seq in list(self.users.items()):
+            for queue, seq in users.items():
                 if queue.live:
                     if at_exit:
                         if not queue.drain_within(EXIT_WAIT_SECONDS):
@@ -162,11 +168,13 @@ class Program:
             self.device.plugin.pm.hook.program_unloading(program=self)
         except Exception as exc:
             _warn(f"program_unloading observer failed for {self!r}: {exc!r}")
+        # Forget the globals' ranges before the image goes: once it is released, its addresses
+        # may be reused at once by a program another thread loads.
+        for g in self._globals.values():
+            unregister(self.rt, g.allocation)
         try:
             self.disp.unload_binary_impl(self.device.handle, self.handle)
         finally:
-            for g in self._globals.values():
-                unregister(self.rt, g.allocation)
             self.state = UNLOADED
             self.users.clear()
             self.rt.untrack(self.rt.programs, self)

@@ -132,7 +132,7 @@ def _wait_for_users(*ends: End) -> None:
 
 def _record_use(end: End, queue: QueueCore, seq: int) -> None:
     alloc = end.alloc
-    if alloc is not None and alloc.owned:
+    if alloc is not None:  # external memory too: a program's unload waits for users of its globals
         users = alloc.users
         if users is None:
             alloc.users = {queue: seq}
@@ -244,7 +244,7 @@ def _copy_on(queue: QueueCore, d: End, s: End, size: int, mark: bool = True) -> 
         return None
     for end in (d, s):  # _record_use, inline: a synchronous copy's path is counted in frames
         alloc = end.alloc
-        if alloc is not None and alloc.owned:
+        if alloc is not None:
             if alloc.users is None:
                 alloc.users = {queue: seq}
             else:

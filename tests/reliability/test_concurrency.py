@@ -172,9 +172,12 @@ def test_stress(twin_runtime):
 
     # the registry holds exactly what is alive: every live allocation once, no freed one
     live = [a for d in done for a, _ in d["mine"]] + [a for a, _ in sh.handoff]
+    # and the globals of the programs still loaded (recorded at load, released at unload)
+    globals_ = [p.global_variable(s.name).allocation for d in done for p in d["programs"].values()
+                for s in p.symbols() if s.kind is pyoffload.SymbolKind.GLOBAL and s.size]
     registered = {base: alloc for base, _, alloc in rt.registry}
-    assert len(registered) == len(rt.registry) == before + len(live)
-    for a in live:
+    assert len(registered) == len(rt.registry) == before + len(live) + len(globals_)
+    for a in live + globals_:
         assert registered.get(a.ptr) is a, f"live {a!r} is not registered (or registered as another)"
     check_registry(rt)
     # the pinned maps hold exactly the ranges still locked
