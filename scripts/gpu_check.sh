@@ -82,9 +82,11 @@ pip_install() {
 }
 pip_install pyoffload pyoffload-cuda pycuda pytest hypothesis >"$LOGS/install.log" 2>&1 \
     || die 3 "installing from the wheelhouse failed (see install.log): $(tail -3 "$LOGS/install.log")"
-for optional in cuda-core matplotlib; do
-    "$VPY" -c "import importlib.metadata as m, sys; m.version(sys.argv[1])" "$optional" 2>/dev/null && continue
-    pip_install "$optional" >>"$LOGS/install.log" 2>&1 || echo "gpu_check: $optional not installed (neither here nor in the wheelhouse): its figures are skipped"
+for optional in "cuda-core:the cuda.core baselines are skipped" "matplotlib:the plots are not drawn"; do
+    name=${optional%%:*}
+    "$VPY" -c "import importlib.metadata as m, sys; m.version(sys.argv[1])" "$name" 2>/dev/null && continue
+    pip_install "$name" >>"$LOGS/install.log" 2>&1 \
+        || echo "gpu_check: $name is installed neither here nor in the wheelhouse: ${optional#*:}"
 done
 "$VPY" -c "import cupy" 2>/dev/null || echo "gpu_check: CuPy is not installed here: the alloc+free baseline against its pool is skipped"
 
