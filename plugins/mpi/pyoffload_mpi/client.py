@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .comm import Backoff, timeout
@@ -89,6 +90,23 @@ class Link:
                     self._inflight.append(
                         self.comm.Isend([payload[offset:offset + length], self.MPI.BYTE], rank, TAG_REQUEST))
 
+    def poster(self, rank: int, message: tuple[Any, ...]) -> Callable[[], None]:
+        """A function that sends the same small request each time it is called (the hot path of a
+        prepared launch: the message is pickled once)."""
+        import pickle
+
+        data = pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
+        isend, inflight_lock, byte, comm = self.comm.Isend, self._send_lock, self.MPI.BYTE, self
+        dead = self.dead
+
+        def send() -> None:
+            if dead:
+                self.check(rank)
+            with inflight_lock:
+                comm._inflight.append(isend([data, byte], rank, TAG_REQUEST))
+
+        return send
+
     def call(self, rank: int, op: str, *fields: Any) -> Any:
         """A request whose reply rank 0 waits for; the server's failure is raised here."""
         rid = next(self.ids)
@@ -143,7 +161,10 @@ class Link:
                 busy = True
                 rank = status.Get_source()
                 self._heard[rank] = time.monotonic()
-                self._dispatch(rank, message.recv())
+                try:
+                    self._dispatch(rank, message.recv())
+                except Exception as exc:  # a broken message must not stop every other rank's progress
+                    self._declare_dead(rank, f"sent a message rank 0 could not take: {exc!r}")
             now = time.monotonic()
             if now - last_check > 0.1:
                 last_check = now

@@ -357,6 +357,18 @@ def launch_impl(device: RemoteDevice, queue: RemoteQueue, kernel: RemoteKernel, 
 
 
 @hookimpl
+def launch_prepare_impl(device: RemoteDevice, queue: RemoteQueue, kernel: RemoteKernel, grid: tuple[int, int, int],
+                        block: tuple[int, int, int], args: tuple[Any, ...]) -> Callable[[], None]:
+    enqueue = _link().poster(queue.rank, ("launch", queue.qid, kernel.kid, grid, block, args))
+
+    def launch() -> None:
+        queue.enqueued += 1
+        enqueue()
+
+    return launch
+
+
+@hookimpl
 def queue_wait_events_impl(device: RemoteDevice, queue: RemoteQueue, events: Sequence[RemoteEvent]) -> bool | None:
     if any(e.rank != queue.rank or not e.kept for e in events):
         return None  # across ranks: the generic layer holds the queue's later work back
@@ -414,5 +426,13 @@ def known_failures_impl(device: RemoteDevice) -> dict[str, str]:
     return device.known
 
 
-_KNOWN_FAILURES: dict[str, str] = {}
+_KNOWN_FAILURES: dict[str, str] = {
+    "test_synchronous_copy_of_4k_to_the_device":
+        "a synchronous copy to a non-HOST device enters more Python frames in the generic layer alone than the "
+        "test's budget of 15",
+    "test_shutdown_with_live_objects":
+        "the test runs a child interpreter outside the MPI job, which has no rank to serve it",
+    "test_interpreter_exit_with_live_objects":
+        "the test runs a child interpreter outside the MPI job, which has no rank to serve it",
+}
 """Conformance tests that cannot pass on a device of another rank, with the reason."""
