@@ -55,6 +55,9 @@ _dlclose = _libc.dlclose
 _dlclose.argtypes = (ctypes.c_void_p,)
 _dlerror = _libc.dlerror
 _dlerror.restype = ctypes.c_char_p
+_dlsym = _libc.dlsym
+_dlsym.restype = ctypes.c_void_p
+_dlsym.argtypes = (ctypes.c_void_p, ctypes.c_char_p)
 _memmove = ctypes.memmove
 ALIGNMENT = 64
 
@@ -182,6 +185,14 @@ def load_binary_impl(context: Any, device: Any, image: bytes) -> HostProgram:
     except OSError as exc:
         os.close(fd)
         raise InvalidBinaryError(f"host backend: dlopen failed: {exc}") from None
+    # The listing comes from the symbol table, lookups go through the hash table: an image whose
+    # two disagree would list names that cannot be found.
+    missing = [s.name for s in info.symbols if not _dlsym(lib._handle, s.name.encode())]
+    if missing:
+        _dlclose(lib._handle)
+        os.close(fd)
+        raise InvalidBinaryError(f"host backend: malformed ELF image: the loader's hash table does not find "
+                                 f"the exported symbols {', '.join(missing)}")
     return HostProgram(lib, info, fd)
 
 
