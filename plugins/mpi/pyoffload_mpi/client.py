@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from queue import SimpleQueue
 from collections.abc import Callable
 from typing import Any
 
@@ -73,6 +74,10 @@ class Link:
         self.queues: dict[int, RemoteQueue] = {}
         self._data: dict[int, memoryview] = {}
         self.dead: dict[int, str] = {}
+        # Events are released from garbage-collection finalisers, on any thread and at any point
+        # (also inside this class's own locked sections): a release only goes in this queue,
+        # which the progress thread sends on.
+        self._releases: SimpleQueue[tuple[int, int]] = SimpleQueue()
         self._heard = {rank: time.monotonic() for rank in range(1, self.size)}
         self._running = True
         self._thread = threading.Thread(target=self._progress, name="pyoffload-mpi-progress", daemon=True)
@@ -141,6 +146,10 @@ class Link:
         if event.error is not None:
             raise rebuild(event.error)
 
+    def release(self, rank: int, eid: int) -> None:
+        """Let the server drop an event (safe from a finaliser: takes no lock)."""
+        self._releases.put((rank, eid))
+
     def expect(self, xfer: int, view: memoryview) -> None:
         """Bytes for ``xfer`` will arrive: the progress thread receives them into ``view``."""
         self._data[xfer] = view
@@ -153,6 +162,10 @@ class Link:
         last_check = time.monotonic()
         while self._running:
             busy = False
+            while not self._releases.empty():
+                rank, eid = self._releases.get()
+                if rank not in self.dead:
+                    self.post(rank, ("event_release", None, eid))
             if self._inflight:
                 with self._send_lock:
                     self._inflight = [r for r in self._inflight if not r.Test()]

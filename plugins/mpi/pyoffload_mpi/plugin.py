@@ -399,9 +399,7 @@ def event_query_impl(device: RemoteDevice, event: RemoteEvent) -> bool:
 
 @hookimpl
 def event_release_impl(device: RemoteDevice, event: RemoteEvent) -> None:
-    link = _link()
-    if event.rank not in link.dead:
-        link.post(event.rank, ("event_release", None, event.eid))
+    _link().release(event.rank, event.eid)
 
 
 @hookimpl
