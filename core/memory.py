@@ -28,8 +28,10 @@ from .device import GenericDevice
 from .enums import AllocKind
 from .errors import (
     got,
+    Errc,
     InvalidArgumentError,
     NotFoundError,
+    OffloadError,
     OutOfResourcesError,
     UnsupportedError,
 )
@@ -332,8 +334,13 @@ def unregister(rt: Runtime, alloc: Allocation) -> None:
 
 
 def _runtime_or_not_found(what: str, ptr: int) -> Runtime:
+    if ptr == 0:  # as olMemFree / olGetMemInfo answer a null pointer
+        raise InvalidArgumentError(f"{what}: the pointer is NULL", Errc.INVALID_NULL_POINTER)
     rt = active()
     if rt is None:
+        if _runtime.was_shut_down():
+            raise OffloadError(f"{what}: pyoffload was shut down; pointer 0x{ptr:x} belonged to that runtime",
+                               Errc.UNINITIALIZED)
         raise NotFoundError(f"{what}: pointer 0x{ptr:x} is not in any live allocation (pyoffload is not initialised)")
     if not rt.alive:
         raise dead_runtime_error(rt)

@@ -60,7 +60,8 @@ class Program:
         if isinstance(image, str):
             raise TypeError(f"load_program takes the image's bytes, got {got(image)}; to build source, use Device.build_program")
         try:
-            data = bytes(image)  # our own copy: the caller's buffer need not outlive the program
+            data = bytes(memoryview(image))  # our own copy: the caller's buffer need not outlive it
+            # (through memoryview: bytes(42) would be 42 zero bytes, and a list of ints an image)
         except TypeError:
             raise TypeError(f"load_program: image must be bytes-like, got {got(image)}") from None
         if not data:

@@ -82,6 +82,7 @@ class Queue(QueueCore):
     def wait_events(self, *events: Event) -> None:
         """Make work enqueued on this queue from now on wait for ``events`` — of other queues,
         devices or backends — without blocking the host (``olWaitEvents``)."""
+        self.check_live()
         native: list[tuple[QueueCore, Marker]] = []
         foreign: list[Callable[[], None]] = []
         try:
@@ -147,8 +148,8 @@ class Queue(QueueCore):
         except (KeyError, TypeError):
             g, b = self._checked_dims(grid, block)
         prog = kernel.program
-        if prog.device is not self.device:
-            raise InvalidArgumentError(f"launch: {kernel!r} is loaded on {prog.device.id}, not {self.device.id}")
+        if prog.device is not self.device or prog.context is not self.context:
+            raise self._foreign_kernel("launch", kernel)
         seq, marker = self.enqueue_launch(prog, allocs, self.disp.raw.launch_impl,
                                       (self.dh, self.handle, kernel.handle, g, b, packed))
         if marker is not None:
@@ -156,6 +157,13 @@ class Queue(QueueCore):
         ev = _new(Event)
         ev.queue, ev.seq, ev.marker = self, seq, None
         return ev
+
+    def _foreign_kernel(self, what: str, kernel: Kernel) -> InvalidArgumentError:
+        prog = kernel.program
+        if prog.device is not self.device:
+            return InvalidArgumentError(f"{what}: {kernel!r} is loaded on {prog.device.id}, not {self.device.id}")
+        return InvalidArgumentError(f"{what}: {kernel!r} is loaded in {prog.context!r}, not in this queue's "
+                                    f"{self.context!r}: load the program in the queue's context")
 
     def _checked_dims(self, grid: Any, block: Any) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
         dims = dimensions(self.device, grid, block)
@@ -172,8 +180,8 @@ class Queue(QueueCore):
             raise TypeError(f"prepare: expected a pyoffload.Kernel, got {got(kernel)}")
         self.check_live()
         kernel.program.check_loaded()
-        if kernel.program.device is not self.device:
-            raise InvalidArgumentError(f"prepare: {kernel!r} is loaded on {kernel.program.device.id}, not {self.device.id}")
+        if kernel.program.device is not self.device or kernel.program.context is not self.context:
+            raise self._foreign_kernel("prepare", kernel)
         bind = binder(kernel, args)
         packed, allocs = bind(self, args)
         g, b = dimensions(self.device, grid, block)

@@ -107,6 +107,7 @@ CURRENT: Runtime | None = None
 """The runtime if one is initialised, else ``None`` (what :func:`active` returns, as a module
 attribute for the hot paths that read it without a call)."""
 _wrapper_factories: list[WrapperFactory] = []
+_shut_down = False
 
 
 def active() -> Runtime | None:
@@ -116,8 +117,15 @@ def active() -> Runtime | None:
 
 def install(rt: Runtime | None) -> None:
     """Make ``rt`` the process's runtime (the public layer calls this once it is built)."""
-    global _current, CURRENT
+    global _current, CURRENT, _shut_down
     _current = CURRENT = rt
+    _shut_down = rt is None and _shut_down
+
+
+def was_shut_down() -> bool:
+    """Whether ``shutdown()`` ended the last runtime and none has started since (calls that need
+    one then answer ``UNINITIALIZED``, as liboffload does after ``olShutDown``)."""
+    return _shut_down
 
 
 def lock() -> threading.RLock:
@@ -238,6 +246,7 @@ def shutdown() -> None:
     process after ``fork()``, it discards the inherited runtime without touching the parent's
     drivers.
     """
+    global _shut_down
     with _lock:
         rt = _current
         if rt is None:
@@ -245,6 +254,7 @@ def shutdown() -> None:
                 "shutdown() called but pyoffload is not initialised (already shut down?)", Errc.UNINITIALIZED
             )
         install(None)
+        _shut_down = True
     if rt.state is FORKED:
         return
     teardown(rt)

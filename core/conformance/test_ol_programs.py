@@ -58,8 +58,6 @@ def test_an_image_that_is_not_bytes_is_a_type_error(device):
             device.load_program(image)
 
 
-@pytest.mark.xfail(strict=True, reason="load_program(42) copies the image with bytes(image), which makes 42 "
-                                       "zero bytes of an int: INVALID_BINARY instead of a TypeError")
 def test_an_int_image_is_a_type_error(device):
     with pytest.raises(TypeError):
         device.load_program(42)
@@ -199,10 +197,6 @@ def test_local_memory_of_size_zero_is_an_invalid_size():
         assert errc_of(LocalMemory, size) is Errc.INVALID_SIZE
 
 
-@pytest.mark.xfail(strict=True, reason="a kernel loaded in one context launched on a queue of another "
-                                       "context is not checked by the generic layer: it runs on some "
-                                       "backends and is BACKEND_FAILURE on OpenCL, where memcpy with a queue "
-                                       "of another context is INVALID_ARGUMENT")
 def test_kernel_of_another_context_is_an_invalid_argument(device, images, queue):
     ctx = Context([device])
     got = None

@@ -164,9 +164,6 @@ def test_a_destroyed_queue_refuses_every_operation(device, shared_kernels, op):
         a.free()
 
 
-@pytest.mark.xfail(strict=True, reason="Queue.wait_events on a destroyed queue returns without error when "
-                                       "its events are complete (or none are given); every other operation "
-                                       "of a destroyed queue is INVALID_QUEUE")
 def test_wait_events_on_a_destroyed_queue_is_invalid_queue(device):
     q, other = device.create_queue(), device.create_queue()
     done = other.record()

@@ -55,7 +55,5 @@ def test_a_shut_down_runtime_is_uninitialized_until_used_again(lines):
     assert lines[2] == ["True", "SUCCESS"], "no fresh runtime started after shutdown"
 
 
-@pytest.mark.xfail(strict=True, reason="liboffload: every call after olShutDown is OL_ERRC_UNINITIALIZED; "
-                                       "pyoffload.mem_info(ptr) and free(ptr) after shutdown() raise NOT_FOUND")
 def test_pointer_calls_after_shutdown_are_uninitialized(lines):
     assert lines[1] == ["UNINITIALIZED"] * 2

@@ -160,7 +160,7 @@ ROWS: list[Row] = [
     # --- free and mem_info: unknown, freed, interior, wrong kind ------------------------------
     Row("free-unknown-pointer", NotFoundError, Errc.NOT_FOUND,
         lambda e: (lambda: pyoffload.free(0xDEAD0), "0xdead0")),
-    Row("free-null", NotFoundError, Errc.NOT_FOUND, lambda e: (lambda: pyoffload.free(0), "0x0")),
+    Row("free-null", InvalidArgumentError, Errc.INVALID_NULL_POINTER, lambda e: (lambda: pyoffload.free(0), "NULL")),
     Row("free-double-allocation", InvalidArgumentError, Errc.INVALID_ARGUMENT,
         lambda e: (lambda: pyoffload.free(e.freed), hx(e.freed_ptr))),
     Row("free-double-pointer", NotFoundError, Errc.NOT_FOUND,
@@ -454,7 +454,12 @@ def test_objects_after_shutdown(fresh_runtime):
         with pytest.raises(InvalidHandleError) as info:
             call()
         assert info.value.errc is errc and needle in str(info.value), info.value
-    # a fresh runtime does not know the old runtime's pointers
+    # before a new runtime starts, pointers of the old one are UNINITIALIZED (as after olShutDown);
+    # a fresh runtime does not know them
+    with pytest.raises(OffloadError) as info:
+        pyoffload.mem_info(a.ptr)
+    assert info.value.errc is Errc.UNINITIALIZED
+    fresh = pyoffload.host_device().rt
     with pytest.raises(NotFoundError, match=f"{a.ptr:x}"):
         pyoffload.mem_info(a.ptr)
-    assert len(pyoffload.host_device().rt.registry) == 0
+    assert len(fresh.registry) == 0
