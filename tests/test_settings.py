@@ -67,6 +67,7 @@ def test_every_core_variable_is_declared():
 def test_no_module_reads_the_environment_itself():
     """Product code reads PYOFFLOAD_* variables only through pyoffload.settings."""
     pattern = re.compile(r"""(environ|getenv|\benv\.get|\benv\[).*["']PYOFFLOAD_""")
+    setting = re.compile(r"""environ\[["']PYOFFLOAD_\w+["']\]\s*=[^=]""")  # configuring a child runtime
     offenders = []
     packages = [ROOT / "core"] + sorted(p for p in (ROOT / "plugins").glob("*/pyoffload_*") if p.is_dir())
     for package in packages:
@@ -74,6 +75,6 @@ def test_no_module_reads_the_environment_itself():
             if path.name == "settings.py" and path.parent.name == "core":
                 continue
             for n, line in enumerate(path.read_text().splitlines(), 1):
-                if pattern.search(line):
+                if pattern.search(line) and not setting.search(line):
                     offenders.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
     assert not offenders, "read these through pyoffload.settings:\n" + "\n".join(offenders)

@@ -131,7 +131,7 @@ class Server:
     def rpc_hello(self) -> list[dict[str, Any]]:
         import pyoffload
 
-        serve = os.environ.get(SERVE_VARIABLE)
+        serve = settings.text(SERVE_VARIABLE)
         if serve is not None:
             os.environ["PYOFFLOAD_PLUGINS"] = serve
         os.environ["PYOFFLOAD_POOL_THRESHOLD"] = "0"  # rank 0's allocator pools already
