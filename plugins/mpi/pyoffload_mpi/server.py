@@ -22,6 +22,8 @@ import time
 from queue import SimpleQueue
 from typing import Any
 
+from pyoffload import settings
+
 from .comm import SERVE_VARIABLE, Backoff, beat_interval, timeout, wait, wait_raw
 from .protocol import CHUNK, TAG_REPLY, TAG_REQUEST, ErrorRecord, chunks, error_record, picklable
 
