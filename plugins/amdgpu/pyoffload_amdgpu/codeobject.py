@@ -14,12 +14,12 @@ import dataclasses
 import io
 import struct
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import msgpack
-from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
 from pyoffload.backend import InvalidBinaryError, scalar_kind
+
+if TYPE_CHECKING:
+    from elftools.elf.elffile import ELFFile
 
 EM_AMDGPU = 224
 NT_AMDGPU_METADATA = 32
@@ -164,6 +164,10 @@ def _bundle_entry(image: bytes, arch: str) -> bytes:
 
 def parse(image: bytes, arch: str = "") -> CodeObject:
     """Unwrap and read a code object.  Raises ``InvalidBinaryError`` if it cannot be read."""
+    # pyelftools and msgpack are imported on first load, not when pyoffload discovers devices
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
     elf_bytes = unwrap(image, arch)
     try:
         elf = ELFFile(io.BytesIO(elf_bytes))
@@ -183,6 +187,8 @@ def _metadata(elf: ELFFile) -> dict[str, Any]:
             if note["n_name"] == "AMDGPU" and note["n_type"] == NT_AMDGPU_METADATA:
                 desc = note["n_desc"]
                 raw = desc if isinstance(desc, bytes) else str(desc).encode("latin-1")
+                import msgpack
+
                 data = msgpack.unpackb(raw, raw=False, strict_map_key=False)
                 if not isinstance(data, dict):
                     raise ValueError("AMDGPU metadata note is not a map")
