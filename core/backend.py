@@ -172,6 +172,9 @@ INFO_KEYS: dict[str, str] = {
     "clock_mhz": "the peak clock",
     "sub_group_size": "warp / wavefront / SIMD width",
     "address_bits": "bits of a device pointer",
+    "dlpack_device_types": "the DLPack device type of each allocation kind, a dict of AllocKind name -> "
+                           "DLDeviceType (kDLCUDA 2, kDLCUDAHost 3, kDLOpenCL 4, kDLROCM 10, kDLROCMHost 11, "
+                           "kDLCUDAManaged 13); absent: kDLCPU for host-accessible memory, else kDLExtDev",
     "memory_kinds": "the allocation kinds the device supports, a tuple of AllocKind names "
                     "(absent: all three); the generic layer refuses others with UNSUPPORTED",
 }

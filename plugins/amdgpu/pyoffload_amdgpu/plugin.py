@@ -148,7 +148,8 @@ def deinit_impl() -> None:
 
 @hookimpl
 def device_info_impl(device: HipDevice) -> dict[str, Any]:
-    return dict(device.info)
+    # kDLROCM, kDLROCMHost; DLPack has no ROCm managed type: managed memory is device memory there
+    return dict(device.info, dlpack_device_types={"DEVICE": 10, "HOST": 11, "MANAGED": 10})
 
 
 _NATIVE = {"device": lambda d: d.ordinal, "queue": lambda q: int(q.stream), "program": lambda p: p.module,

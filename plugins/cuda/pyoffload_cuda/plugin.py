@@ -142,7 +142,8 @@ def device_info_impl(device: CudaDevice) -> dict[str, Any]:
     info.update(
         driver_version=f"{version // 1000}.{version % 1000 // 10}", global_memory_bytes=memory, max_alloc_bytes=memory,
         max_work_item_sizes=tuple(dims[:3]), max_grid_size=tuple(dims[3:]), clock_mhz=info["clock_mhz"] // 1000,
-        address_bits=64, memory_kinds=tuple(k.name for k in AllocKind
+        address_bits=64, dlpack_device_types={"DEVICE": 2, "HOST": 3, "MANAGED": 13},  # kDLCUDA, Host, Managed
+        memory_kinds=tuple(k.name for k in AllocKind
                                             if k is not AllocKind.MANAGED or info["cuda.managed_memory"]),
         **{"cuda.architecture": f"sm_{device.sm}", "cuda.compute_capability": f"{device.sm // 10}.{device.sm % 10}",
            "cuda.pci_bus_id": bus})

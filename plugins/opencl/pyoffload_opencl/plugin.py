@@ -120,6 +120,7 @@ def device_info_impl(device: OclDevice) -> dict[str, Any]:
         "clock_mhz": int(d.max_clock_frequency),
         "address_bits": device.address_bits,
         "memory_kinds": svm.memory_kinds(device.svm_caps),
+        "dlpack_device_types": {"DEVICE": 4},  # kDLOpenCL; fine-grain SVM (HOST, MANAGED) is the host's: kDLCPU
         "opencl.version": str(d.version),
         "opencl.c_version": str(d.opencl_c_version),
         "opencl.platform_version": str(d.platform.version),
