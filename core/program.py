@@ -37,6 +37,7 @@ from .errors import (
     TeardownWarning,
     UnsupportedError,
 )
+from .checks import check_size
 from .memory import Allocation, register_external, unregister
 from .queue_core import EXIT_WAIT_SECONDS, QueueCore
 from .runtime import warn_teardown
@@ -332,6 +333,22 @@ class Kernel:
             attrs.update(reported)
             self._attributes = attrs
         return dict(self._attributes)
+
+    def launch_size(self, n: int, max_block: int = 256) -> tuple[int, int]:
+        """A 1-D launch shape ``(grid, block)`` for ``n`` work-items of this kernel on its device:
+        ``block`` is a multiple of the preferred work-group multiple (warp, SIMD width), within the
+        kernel's work-group limit and ``max_block``, and no larger than ``n`` needs; ``grid`` is
+        the number of work-groups that covers ``n`` (kernels take ``n`` and ignore ids past it)."""
+        n = check_size(n, "launch_size n")
+        attrs = self.attributes
+        limit = min(int(attrs["max_work_group_size"] or 1), check_size(max_block, "launch_size max_block"))
+        multiple = max(1, min(int(attrs["preferred_work_group_multiple"] or 1), limit))
+        block = min(limit // multiple * multiple, -(-n // multiple) * multiple)
+        grid = -(-n // block)
+        if grid > self.program.device.limits.grid[0]:
+            raise InvalidSizeError(f"launch_size: {n} work-items need {grid} work-groups of {block}, more than "
+                                   f"{self.program.device.id} allows (info 'max_grid_size')")
+        return grid, block
 
     def __repr__(self) -> str:
         return f"<pyoffload.Kernel {self.name!r} of {self.program!r}>"

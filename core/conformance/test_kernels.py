@@ -221,3 +221,27 @@ def test_launches_from_several_threads_on_one_queue(device, kernels, queue):
     queue.wait()
     assert read(out, np.int32, 1)[0] == 200, "launches were lost or ran twice"
     out.free()
+
+
+@pytest.mark.parametrize("n", [1, 7, 100, 1000, 65537])
+def test_launch_size_covers_n_items(device, kernels, queue, n):
+    k = kernels.kernel("iota_i32")
+    grid, block = k.launch_size(n)
+    attrs = k.attributes
+    assert grid * block >= n and (grid - 1) * block < n
+    assert block <= (attrs["max_work_group_size"] or block) and block <= 256
+    multiple = attrs["preferred_work_group_multiple"] or 1
+    assert block % min(multiple, block) == 0
+    out = device.alloc(4 * n)
+    queue.launch(k, grid, block, [out, np.int32(n), np.int32(3)]).wait()
+    assert np.array_equal(read(out, np.int32, n), np.arange(3, 3 + n, dtype=np.int32))
+    out.free()
+
+
+def test_launch_size_refuses_bad_counts(device, kernels):
+    k = kernels.kernel("iota_i32")
+    with pytest.raises(OffloadError) as err:
+        k.launch_size(0)
+    assert err.value.errc is Errc.INVALID_SIZE
+    with pytest.raises(TypeError):
+        k.launch_size(1.5)
