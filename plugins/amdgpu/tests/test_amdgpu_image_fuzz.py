@@ -1,0 +1,47 @@
+"""The AMDGPU code-object reader (offload bundle, ELF, metadata note) runs before HIP sees an
+image: fuzzed with mutants and truncations of a real clang-built code object, it raises nothing
+but ``InvalidBinaryError``."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from amdgpu_test_support import conformance_images
+from pyoffload import InvalidBinaryError
+from pyoffload_amdgpu import codeobject
+
+
+@pytest.fixture(scope="module")
+def image() -> bytes:
+    return conformance_images()["kernels"]
+
+
+def mutant(data: bytes, seed: int) -> bytes:
+    rng = random.Random(seed)
+    if rng.random() < 0.3:
+        return data[: rng.randrange(0, len(data))]
+    b = bytearray(data)
+    for _ in range(rng.randrange(1, 8)):
+        pos = rng.randrange(min(len(b), 1024)) if rng.random() < 0.7 else rng.randrange(len(b))
+        b[pos] = rng.randrange(256)
+    return bytes(b)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 2**32))
+def test_mutated_code_objects_are_read_or_refused(image, seed):
+    try:
+        codeobject.parse(mutant(image, seed), "gfx90a")
+    except InvalidBinaryError:
+        pass
+
+
+def test_truncated_code_objects_are_refused(image):
+    assert codeobject.parse(image, "gfx90a").kernels
+    for cut in range(0, 512, 7):
+        with pytest.raises(InvalidBinaryError):
+            codeobject.parse(image[:cut], "gfx90a")
