@@ -74,6 +74,10 @@ class Link:
         self.queues: dict[int, RemoteQueue] = {}
         self._data: dict[int, memoryview] = {}
         self.dead: dict[int, str] = {}
+        # Payload bytes rank 0 sent to and received from servers (copies between two servers
+        # must leave both at 0): read by tests and by anyone checking where the bytes went.
+        self.bytes_sent = 0
+        self.bytes_received = 0
         # Events are released from garbage-collection finalisers, on any thread and at any point
         # (also inside this class's own locked sections): a release only goes in this queue,
         # which the progress thread sends on.
@@ -91,6 +95,7 @@ class Link:
         with self._send_lock:
             self._inflight.append(self.comm.isend(message, rank, TAG_REQUEST))
             if payload is not None:
+                self.bytes_sent += len(payload)
                 for offset, length in chunks(len(payload)):
                     self._inflight.append(
                         self.comm.Isend([payload[offset:offset + length], self.MPI.BYTE], rank, TAG_REQUEST))
@@ -114,13 +119,27 @@ class Link:
 
     def call(self, rank: int, op: str, *fields: Any) -> Any:
         """A request whose reply rank 0 waits for; the server's failure is raised here."""
+        return self.finish(self.start(rank, op, *fields))
+
+    def start(self, rank: int, op: str, *fields: Any) -> tuple[int, Pending]:
+        """Send a request whose reply :meth:`finish` waits for (rank 0 may talk to the rank
+        meanwhile, as the benchmarks' raw baselines do)."""
         rid = next(self.ids)
         pending = Pending(rank)
         self._replies[rid] = pending
         try:
             self.post(rank, (op, rid, *fields))
+        except BaseException:
+            self._replies.pop(rid, None)
+            raise
+        return rid, pending
+
+    def finish(self, started: tuple[int, Pending]) -> Any:
+        """The reply of a request :meth:`start` sent; the server's failure is raised here."""
+        rid, pending = started
+        try:
             while not pending.done.wait(0.25):
-                self.check(rank)
+                self.check(pending.rank)
         finally:
             self._replies.pop(rid, None)
         if not pending.ok:
@@ -213,6 +232,7 @@ class Link:
         elif op == "data":
             _, xfer, offset, length = message
             view = self._data[xfer]
+            self.bytes_received += length
             request = self.comm.Irecv([view[offset:offset + length], self.MPI.BYTE], rank, TAG_REPLY)
             backoff = Backoff()
             while not request.Test():

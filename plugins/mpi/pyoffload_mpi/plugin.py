@@ -63,6 +63,7 @@ class RemoteDevice:
         info["memory_kinds"] = ("DEVICE",)
         info["mpi.rank"] = rank
         info["mpi.host"] = described["host"]
+        info["mpi.pid"] = described["pid"]
         info["mpi.remote_id"] = described["id"]
         info["mpi.remote_backend"] = described["backend"]
         info.update({f"mpi.remote.{k}": v for k, v in described["info"].items() if "." in k})

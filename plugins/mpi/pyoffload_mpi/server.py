@@ -146,7 +146,7 @@ class Server:
                               "type": device.type.value, "backend": device.backend,
                               "platform": device.platform.name, "platform_short": device.platform.short_name,
                               "platform_version": device.platform.version, "info": info,
-                              "host": socket.gethostname(), "compiler_id": self._compiler_id(device)})
+                              "host": socket.gethostname(), "pid": os.getpid(), "compiler_id": self._compiler_id(device)})
         return described
 
     @staticmethod
@@ -197,6 +197,18 @@ class Server:
     def rpc_compile(self, index: int, source: str, options: tuple[str, ...]) -> bytes:
         device = self.devices[index]
         return device.disp.compile_impl(device.handle, source, options)  # type: ignore[no-any-return]
+
+    def rpc_raw(self, role: str, peer: int, mpi_tag: int, size: int, count: int) -> None:
+        """``count`` plain mpi4py ``Send`` (``role`` "send") or ``Recv`` of ``size`` bytes with
+        ``peer``, the same buffer each time: the baseline the benchmarks compare copies with."""
+        buffer = bytearray(size)
+        byte = _byte()
+        if role == "send":
+            for _ in range(count):
+                self.comm.Send([buffer, byte], peer, mpi_tag)
+        else:
+            for _ in range(count):
+                self.comm.Recv([buffer, byte], peer, mpi_tag)
 
     # -- programs ---------------------------------------------------------------------------
 

@@ -1,0 +1,143 @@
+"""pyoffload-mpi in small ``mpirun -n 3`` jobs: copies between two serving ranks, a server that
+stops answering, and the end of the application with live remote objects.
+
+Each job runs the application on rank 0 with ranks 1 and 2 serving their host device, under a
+hard time limit: a hang fails the test instead of stalling the suite.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(shutil.which("mpirun") is None,
+                                reason="mpirun is not installed (apt-get install openmpi-bin)")
+
+MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "mtl", "^ofi,psm,psm2",
+          "--mca", "btl", "tcp,self,vader", "--mca", "btl_tcp_if_include", "lo", "-n", "3"]
+
+
+PRELUDE = """
+import os, signal, sys, time
+import numpy as np, pyoffload
+from pyoffload_mpi import session
+link = session.CURRENT.link
+by_rank = {d.info["mpi.rank"]: d for d in pyoffload.devices() if d.backend == "mpi"}
+assert sorted(by_rank) == [1, 2], by_rank
+"""
+
+
+def _job(tmp_path: Path, body: str, timeout_s: str = "20", limit: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run ``PRELUDE`` + ``body`` as the application of a 3-rank job."""
+    script = tmp_path / "app.py"
+    script.write_text(PRELUDE + textwrap.dedent(body))
+    env = dict(os.environ, PYOFFLOAD_PLUGINS="mpi", PYOFFLOAD_MPI_SERVE="", PYOFFLOAD_MPI_TIMEOUT=timeout_s)
+    return subprocess.run([*MPIRUN, sys.executable, "-m", "pyoffload_mpi", str(script)], env=env,
+                          capture_output=True, text=True, timeout=limit, cwd=tmp_path)
+
+
+def test_a_copy_between_two_servers_goes_directly_and_delivers_the_bytes(tmp_path: Path) -> None:
+    done = _job(tmp_path, """
+    n = (9 << 20) + 12345  # several chunks, and a ragged last one
+    a = by_rank[1].alloc(n)
+    b = by_rank[2].alloc(n)
+    data = np.random.default_rng(7).integers(0, 256, n, dtype=np.uint8)
+    pyoffload.memcpy(a, data)
+    sent, received = link.bytes_sent, link.bytes_received
+    assert sent >= n and received == 0, (sent, received)
+
+    pyoffload.memcpy(b, a)                                  # synchronous, rank 1 -> rank 2
+    q1, q2 = by_rank[1].create_queue(), by_rank[2].create_queue()
+    pyoffload.memfill(a, np.uint8(0), queue=q1)
+    q1.wait()
+    pyoffload.memcpy(a, b, queue=q2).wait()                 # queued on the sending rank's queue, 2 -> 1
+    pyoffload.memfill(b, np.uint8(0), queue=q2)
+    q2.wait()
+    pyoffload.memcpy(b, a, queue=q2)                        # queued on the receiving rank's queue, 1 -> 2
+    q2.wait()
+    assert (link.bytes_sent, link.bytes_received) == (sent, received), "rank 0 relayed bytes of a copy between servers"
+
+    back = np.zeros(n, np.uint8)
+    pyoffload.memcpy(back, b)
+    assert (back == data).all(), "rank 2 does not hold what rank 1 had"
+    pyoffload.memcpy(back[:4096], a)
+    assert (back[:4096] == data[:4096]).all()
+    assert link.bytes_received == n + 4096
+    print("DIRECT-OK")
+    """)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "DIRECT-OK" in done.stdout
+
+
+def test_a_server_that_stops_answering_is_a_clear_error_within_the_timeout(tmp_path: Path) -> None:
+    done = _job(tmp_path, """
+    dev = by_rank[2]
+    buf = dev.alloc(1 << 20)
+    pyoffload.memcpy(buf, np.ones(1 << 20, np.uint8))        # the rank works before it stops
+    os.kill(dev.info["mpi.pid"], signal.SIGSTOP)
+    t0 = time.monotonic()
+    try:
+        pyoffload.memcpy(np.zeros(1 << 20, np.uint8), buf)
+    except pyoffload.OffloadError as exc:
+        print(f"ERROR-AFTER {time.monotonic() - t0:.1f} {exc.errc.name}: {exc}", flush=True)
+    else:
+        print("NO-ERROR", flush=True)
+    try:
+        dev.create_queue()                                    # later requests fail at once
+    except pyoffload.OffloadError as exc:
+        print("LATER", exc.errc.name, flush=True)
+    """, timeout_s="2", limit=90)
+    # The job ends (rank 0 aborts it rather than wait for the stopped rank in MPI_Finalize).
+    lines = {line.split(" ", 1)[0]: line for line in done.stdout.splitlines() if line.split(" ", 1)[0] in
+             ("ERROR-AFTER", "NO-ERROR", "LATER")}
+    assert "ERROR-AFTER" in lines, done.stdout + done.stderr
+    _, seconds, rest = lines["ERROR-AFTER"].split(" ", 2)
+    assert 1.5 <= float(seconds) <= 10, lines["ERROR-AFTER"]
+    assert rest.startswith("BACKEND_FAILURE") and "MPI rank 2" in rest and "PYOFFLOAD_MPI_TIMEOUT" in rest, rest
+    assert lines.get("LATER") == "LATER BACKEND_FAILURE", done.stdout
+    assert done.returncode != 0, "the job cannot end cleanly with a stopped rank"
+
+
+DTOR_SOURCE = r'''
+#include <stdio.h>
+#include <unistd.h>
+char dtor_path[256];
+__attribute__((destructor)) static void fini(void) {
+    if (dtor_path[0]) {
+        FILE *f = fopen(dtor_path, "w");
+        if (f) { fprintf(f, "destructor ran in %d\n", (int)getpid()); fclose(f); }
+    }
+}
+void noop(void) {}
+'''
+
+
+def test_the_end_of_the_application_runs_destructors_on_the_servers(tmp_path: Path) -> None:
+    done = _job(tmp_path, f"""
+    source = {DTOR_SOURCE!r}
+    keep = []
+    for rank, dev in by_rank.items():
+        program = dev.build_program(source, cache=False)
+        path = np.zeros(256, np.uint8)
+        name = os.path.join(os.getcwd(), f"dtor-{{rank}}.txt").encode()
+        path[:len(name)] = np.frombuffer(name, np.uint8)
+        pyoffload.memcpy(program.global_variable("dtor_path"), path)
+        q = dev.create_queue()
+        q.launch(program.kernel("noop"), 1, 1, [])
+        keep += [program, q, dev.alloc(4096)]                   # all still live when the script ends
+    print("PIDS", by_rank[1].info["mpi.pid"], by_rank[2].info["mpi.pid"], flush=True)
+    """)
+    assert done.returncode == 0, done.stdout + done.stderr  # every rank exited 0
+    assert "Traceback" not in done.stderr, done.stderr
+    pids = next(line.split()[1:] for line in done.stdout.splitlines() if line.startswith("PIDS"))
+    for rank, pid in zip((1, 2), pids):
+        out = tmp_path / f"dtor-{rank}.txt"
+        assert out.exists(), f"rank {rank}'s destructor did not run"
+        assert out.read_text() == f"destructor ran in {pid}\n"
