@@ -163,7 +163,11 @@ def _signatures(elf: Any, kernels: set[str]) -> dict[str, tuple[str, ...]]:
 _EHDR_SIZE, _PHDR_SIZE, _SHDR_SIZE, _DYN_SIZE, _SYM_SIZE, _RELA_SIZE = 64, 56, 64, 16, 24, 24
 _U64 = (1 << 64) - 1
 _ADDRESS_SPACE = 1 << 47  # user address space of every 64-bit host listed in _MACHINES
+# Thread-local storage per thread: ld.so allocates it lazily in every thread that touches it and
+# aborts the whole process (not dlopen) when that allocation fails.
+_TLS_LIMIT = 1 << 30
 _PF_X, _PF_W, _PF_R = 1, 2, 4
+_SHF_ALLOC = 0x2
 
 (DT_NULL, DT_NEEDED, DT_PLTRELSZ, DT_PLTGOT, DT_HASH, DT_STRTAB, DT_SYMTAB, DT_RELA, DT_RELASZ, DT_RELAENT,
  DT_STRSZ, DT_SYMENT, DT_INIT, DT_FINI, DT_SONAME, DT_RPATH, _, DT_REL, _, _, DT_PLTREL, _, DT_TEXTREL,
@@ -188,8 +192,8 @@ class _Relocs:
     relative: int
     irelative: int
     jump_slot: int
-    glob_dat: int
     tlsdesc: int
+    symbolic: frozenset[int]  # types whose value is a symbol's address (never the null or a local one)
     got: frozenset[int]  # types that fill a GOT slot (always 8-byte aligned)
 
 
@@ -197,11 +201,11 @@ _RELOCS = {
     # R_X86_64_: NONE 64 PC32 GLOB_DAT JUMP_SLOT RELATIVE 32 32S DTPMOD64 DTPOFF64 TPOFF64 SIZE32
     # SIZE64 TLSDESC IRELATIVE (COPY is refused: it copies st_size bytes from another object).
     "EM_X86_64": _Relocs({0: 0, 1: 8, 2: 4, 6: 8, 7: 8, 8: 8, 10: 4, 11: 4, 16: 8, 17: 8, 18: 8, 32: 4, 33: 8,
-                          36: 16, 37: 8}, relative=8, irelative=37, jump_slot=7, glob_dat=6, tlsdesc=36,
+                          36: 16, 37: 8}, relative=8, irelative=37, jump_slot=7, tlsdesc=36, symbolic=frozenset({1, 6, 7}),
                          got=frozenset({6, 7, 16, 17, 18, 36, 37})),
     # R_AARCH64_: NONE ABS64 GLOB_DAT JUMP_SLOT RELATIVE TLS_DTPMOD TLS_DTPREL TLS_TPREL TLSDESC IRELATIVE
     "EM_AARCH64": _Relocs({0: 0, 257: 8, 1025: 8, 1026: 8, 1027: 8, 1028: 8, 1029: 8, 1030: 8, 1031: 16,
-                           1032: 8}, relative=1027, irelative=1032, jump_slot=1026, glob_dat=1025, tlsdesc=1031,
+                           1032: 8}, relative=1027, irelative=1032, jump_slot=1026, tlsdesc=1031, symbolic=frozenset({257, 1025, 1026}),
                           got=frozenset({1025, 1026, 1028, 1029, 1030, 1031, 1032})),
 }
 
@@ -270,6 +274,8 @@ def _check_ranges(image: bytes, elf: Any) -> tuple[list[Any], list[Any]]:
         if ph["p_vaddr"] + ph["p_memsz"] > _ADDRESS_SPACE or ph["p_filesz"] > ph["p_memsz"] and ph["p_type"] in (
                 "PT_LOAD", "PT_TLS"):
             raise _bad(f"program header {i} ({ph['p_type']}) has sizes filesz={ph['p_filesz']} memsz={ph['p_memsz']}")
+        if ph["p_type"] == "PT_TLS" and ph["p_memsz"] > _TLS_LIMIT:
+            raise _bad(f"PT_TLS of {ph['p_memsz']} bytes (each thread gets a copy; glibc aborts when it cannot)")
         align = ph["p_align"]
         if ph["p_type"] in ("PT_LOAD", "PT_TLS") and align > 1 and (
                 align & (align - 1) or (ph["p_vaddr"] - ph["p_offset"]) % align):
@@ -293,6 +299,13 @@ def _check_ranges(image: bytes, elf: Any) -> tuple[list[Any], list[Any]]:
                                                             or shdrs[sh["sh_link"]]["sh_type"] != "SHT_STRTAB"):
             raise _bad(f"symbol table section {i} has entry size {sh['sh_entsize']}, size {sh['sh_size']}")
     if shnum:
+        for i, sh in enumerate(shdrs):  # loaded contents the file holds are mapped from where they are
+            if sh["sh_flags"] & _SHF_ALLOC and sh["sh_type"] != "SHT_NOBITS" and sh["sh_size"] and not any(
+                    ph["p_type"] == "PT_LOAD" and ph["p_vaddr"] <= sh["sh_addr"]
+                    and sh["sh_addr"] + sh["sh_size"] <= ph["p_vaddr"] + ph["p_filesz"]
+                    and sh["sh_offset"] - ph["p_offset"] == sh["sh_addr"] - ph["p_vaddr"] for ph in phdrs):
+                raise _bad(f"section {i} (0x{sh['sh_addr']:x}, {sh['sh_size']} bytes) is not mapped from the file "
+                           "by a PT_LOAD segment")
         strndx = elf.get_shstrndx()
         if strndx >= shnum or shdrs[strndx]["sh_type"] != "SHT_STRTAB":
             raise _bad(f"section name table index {strndx} is not a string table")
@@ -568,7 +581,7 @@ def _relocations(layout: _Layout, tags: dict[int, int], fmt: str, nsyms: int, sy
             raise _bad(f"relocation {index} has type {rtype}, which the loader does not apply to shared objects")
         if sym >= nsyms:
             raise _bad(f"relocation {index} names symbol {sym} of {nsyms}")
-        if relocs is not None and rtype in (relocs.jump_slot, relocs.glob_dat) and (not sym or syms[sym][1] >> 4 == 0):
+        if relocs is not None and rtype in relocs.symbolic and (not sym or syms[sym][1] >> 4 == 0):
             # ld.so binds the null or a local symbol to the image itself: the slot would point at
             # the ELF header, and whoever writes or calls through it crashes
             raise _bad(f"relocation {index} fills a GOT slot from symbol {sym}, which is not a global symbol")

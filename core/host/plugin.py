@@ -182,7 +182,7 @@ def load_binary_impl(context: Any, device: Any, image: bytes) -> HostProgram:
         while view:
             view = view[os.write(fd, view):]
         lib = ctypes.CDLL(f"/proc/self/fd/{fd}", mode=os.RTLD_NOW | os.RTLD_LOCAL)
-    except OSError as exc:
+    except (OSError, UnicodeDecodeError) as exc:  # ctypes fails to decode an error naming a non-UTF-8 file
         os.close(fd)
         raise InvalidBinaryError(f"host backend: dlopen failed: {exc}") from None
     # The listing comes from the symbol table, lookups go through the hash table: an image whose
