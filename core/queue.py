@@ -360,7 +360,7 @@ class Event:
     def wait(self) -> None:
         """Block until the operation has completed; re-raise a host function's error."""
         q = self.queue
-        if self.seq > q.done or q.failures:
+        if self.seq > q.done or q.failures or q.failed_work:
             q.wait_for(self.seq)
 
     @property

@@ -99,6 +99,8 @@ class QueueCore:
         self._deferred: collections.deque[tuple[int, Callable[[], None]]] = collections.deque()
         self.failures: dict[int, BaseException] = {}  # host-function errors by operation
         self._unreported: list[BaseException] = []  # ... not yet raised by a queue-wide wait
+        # failures of the work the backend reported at a wait: (first, last operation the wait covered, error)
+        self.failed_work: list[tuple[int, int, OffloadError]] = []
         self.backlog: collections.deque[tuple[Any, ...]] | None = None
         self._native_host_functions = self.disp.implements("enqueue_host_function_impl")
         self._native_waits = self.disp.implements("queue_wait_events_impl")
@@ -410,6 +412,9 @@ class QueueCore:
         if self.failures and seq in self.failures:
             exc = self.failures[seq]
             raise BackendError(f"a host function on {self._name} raised {exc!r}") from exc
+        for first, last, err in self.failed_work:
+            if first <= seq <= last:
+                raise err
 
     def wait_done(self, seq: int) -> None:
         """Block until operation ``seq`` has completed (whether or not it failed)."""
@@ -459,16 +464,38 @@ class QueueCore:
         if marker is None:
             try:
                 self.disp.raw.queue_synchronize_impl(self.dh, self.handle)
-            except OffloadError:
-                raise
+            except OffloadError as exc:
+                self._work_failed(upto, exc)
             except Exception as exc:
                 raise self.disp.failure("queue_synchronize_impl", exc) from exc
             self._advance(upto)
             return
         try:
             self._wait_marker(marker)
+        except OffloadError as exc:
+            self._work_failed(marker.seq, exc)
         finally:
             self._unpin(marker)
+
+    def _work_failed(self, upto: int, exc: OffloadError) -> None:
+        """A wait for the operations up to ``upto`` raised ``exc`` (the backend reports a failure
+        of the work at waits): record it for those operations, whose events then raise it on every
+        wait (which of them failed the backend does not say), and for the next queue-wide wait.
+        Once the queue has finished, the ledger moves past them so that the queue keeps working;
+        otherwise (the wait itself failed with work still running) nothing is released.  Raises."""
+        if exc.errc is Errc.INVALID_QUEUE:
+            raise exc
+        with self._lock:
+            if not any(err is exc for _, _, err in self.failed_work):  # seen through an earlier wait
+                self.failed_work.append((self.done + 1, upto, exc))
+                self._unreported.append(exc)
+        try:
+            finished = bool(self.disp.queue_query_impl(self.dh, self.handle))
+        except OffloadError:
+            finished = False
+        if finished:
+            self._advance(upto)
+        raise exc
 
     def is_done(self, seq: int) -> bool:
         """Whether operation ``seq`` has completed, without blocking.  Without a marker at it, the
@@ -518,11 +545,18 @@ class QueueCore:
         upto = self.seq
         if upto > self.done:
             self._check_self_wait(upto)
-            self.wait_until(upto)
+            try:
+                self.wait_until(upto)
+            except OffloadError as exc:
+                with self._lock:  # reported here, not again by the next wait
+                    self._unreported = [e for e in self._unreported if e is not exc]
+                raise
         if self._unreported:
             with self._lock:
                 errors, self._unreported = self._unreported, []
             if errors:
+                if any(errors[0] is err for _, _, err in self.failed_work):
+                    raise errors[0]
                 raise BackendError(f"a host function on {self._name} raised {errors[0]!r}") from errors[0]
 
     def query(self) -> bool:
