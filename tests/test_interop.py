@@ -137,7 +137,7 @@ def test_from_dlpack_of_numpy(host):
     assert err.value.errc is Errc.INVALID_ARGUMENT and "not owned" in str(err.value)
     # usable by kernels
     with host.load_program(packaged_image("conformance_kernels")) as prog, host.create_queue() as q:
-        q.launch(prog.kernel("iota_i32"), 1, 1, [b, np.int32(32), np.int32(100)]).wait()
+        q.launch(prog.kernel("iota_i32"), 1, 32, [b, np.int32(32), np.int32(100)]).wait()
     assert src[31] == 131
     del src
     gc.collect()

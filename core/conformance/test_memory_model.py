@@ -99,7 +99,7 @@ def test_memory_connection_two_contexts(device, images):
     if conn is MemoryConnection.UNIFIED:
         with device.load_program(images["kernels"], context=ctx2) as prog:
             q = device.create_queue(context=ctx2)
-            q.launch(prog.kernel("iota_i32"), 1, 1, [a, np.int32(1024), np.int32(5)]).wait()
+            launch_n(q, prog.kernel("iota_i32"), 1024, [a, np.int32(1024), np.int32(5)])
             q.destroy()
         assert np.array_equal(read(a, np.int32, 1024), np.arange(5, 1029, dtype=np.int32))
     ctx1.close()
