@@ -150,6 +150,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("PYOFFLOAD_EXIT_TIMEOUT",
              "seconds interpreter exit waits for a queue's unfinished work before leaking what it uses "
              "(default 10)", lambda: integer("PYOFFLOAD_EXIT_TIMEOUT", 10)),
+    Variable("PYOFFLOAD_HOST_THREADS",
+             "threads that run a data-parallel host kernel's work-groups (default: `os.cpu_count()`)",
+             lambda: integer("PYOFFLOAD_HOST_THREADS", None, minimum=1)),
     Variable("PYOFFLOAD_RUN_KNOWN_FAILURES",
              "run the conformance tests a backend declared as known failures instead of skipping them",
              lambda: flag("PYOFFLOAD_RUN_KNOWN_FAILURES")),

@@ -12,6 +12,8 @@ from importlib import resources
 from ..errors import CompileError, Errc, OffloadError
 
 DEFAULT_FLAGS = ("-shared", "-fPIC", "-g", "-O2")
+# Where ``pyoffload_host.h`` lies (this package): every build gets it on the include path.
+INCLUDE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 def find_cc() -> str | None:
@@ -41,7 +43,8 @@ def compile_c(source: str, flags: tuple[str, ...] = DEFAULT_FLAGS, cc: str | Non
     """Compile C ``source`` into a shared object and return its bytes.
 
     ``-g`` (on by default) keeps DWARF, from which the host backend reads kernel signatures and
-    checks launch arguments.  A compiler error raises ``CompileError`` with the compiler's output.
+    checks launch arguments.  ``pyoffload_host.h`` (data-parallel kernels) is on the include path.
+    A compiler error raises ``CompileError`` with the compiler's output.
     """
     compiler = cc or find_cc()
     if not compiler:
@@ -51,7 +54,7 @@ def compile_c(source: str, flags: tuple[str, ...] = DEFAULT_FLAGS, cc: str | Non
         out = os.path.join(tmp, "image.so")
         with open(src, "w") as f:
             f.write(source)
-        proc = subprocess.run([compiler, *flags, "-o", out, src], capture_output=True, text=True)
+        proc = subprocess.run([compiler, "-I", INCLUDE_DIR, *flags, "-o", out, src], capture_output=True, text=True)
         if proc.returncode != 0:
             raise CompileError(f"{compiler} failed with exit status {proc.returncode}", proc.stderr)
         with open(out, "rb") as f:

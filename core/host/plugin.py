@@ -6,8 +6,13 @@
   into a fresh ``memfd`` and are ``dlopen``-ed from there, so loading the same image twice gives
   two independent copies of its globals.  The dynamic loader runs the ELF constructors at load
   and the destructors at ``dlclose`` (before the code is unmapped), exactly once each.
-* Kernels are exported C functions, called once per launch with the arguments; they loop over
-  their work themselves.  DWARF (``-g``) gives their signatures for launch-argument checks.
+* Kernels are exported C functions.  One declared with ``PYOFFLOAD_KERNEL`` (``pyoffload_host.h``,
+  which exports the marker ``pyoffload_parallel_<name>``) is data-parallel: a launch's work-groups
+  are split into contiguous chunks, one call per chunk, run on a pool of threads
+  (``PYOFFLOAD_HOST_THREADS``, default ``os.cpu_count()``); a chunk that calls
+  ``pyoffload_trap()`` makes the launch fail.  Any other kernel is called once per launch with the
+  arguments and loops over its work itself.  DWARF (``-g``) gives their signatures for
+  launch-argument checks.
 * Queues are worker threads (see :mod:`.worker`): launches really run asynchronously.
 * Locking host memory only records the range in the generic pinned map: the host device reaches
   all host memory already.  The device's type is HOST, so the generic layer copies to and from
@@ -26,12 +31,14 @@ from typing import Any
 
 import numpy as np
 
+from .. import settings
 from ..backend import (
     HOOK_API,
     AllocKind,
     DeviceDesc,
     DeviceType,
     InvalidBinaryError,
+    OffloadError,
     OutOfResourcesError,
     PlatformDesc,
     SymbolDesc,
@@ -40,7 +47,7 @@ from ..backend import (
     hookimpl,
 )
 from .elf import ImageInfo, inspect_image
-from .worker import HostEvent, HostQueue
+from .worker import ChunkPool, HostEvent, HostQueue
 
 __all__ = ["HOOK_API"]
 
@@ -64,6 +71,7 @@ ALIGNMENT = 64
 
 class HostDevice:
     name = f"{_platform.processor() or _platform.machine()} (host)"
+    pool = ChunkPool(1)  # replaced by init_impl with the configured thread count
 
 
 class HostProgram:
@@ -77,12 +85,29 @@ class HostProgram:
 
 
 class HostKernel:
-    __slots__ = ("fn", "name", "signature")
+    __slots__ = ("fn", "name", "signature", "parallel")
 
-    def __init__(self, fn: Any, name: str, signature: tuple[str, ...] | None) -> None:
+    def __init__(self, fn: Any, name: str, signature: tuple[str, ...] | None, parallel: bool) -> None:
         self.fn = fn
         self.name = name
         self.signature = signature
+        self.parallel = parallel  # declared with PYOFFLOAD_KERNEL: called per chunk of work-groups
+
+
+class _Groups(ctypes.Structure):
+    """``pyoffload_groups`` of ``pyoffload_host.h``: the launch geometry and one chunk's range."""
+
+    _fields_ = [
+        ("num_groups", ctypes.c_uint64 * 3),
+        ("local_size", ctypes.c_uint64 * 3),
+        ("first", ctypes.c_uint64),
+        ("last", ctypes.c_uint64),
+        ("trap_env", ctypes.c_void_p),
+        ("trapped", ctypes.c_uint64),
+    ]
+
+
+PARALLEL_MARKER = "pyoffload_parallel_"
 
 
 _DEVICE = HostDevice()
@@ -90,13 +115,15 @@ _DEVICE = HostDevice()
 
 @hookimpl
 def init_impl() -> Sequence[PlatformDesc]:
+    threads = settings.integer("PYOFFLOAD_HOST_THREADS", None, minimum=1) or os.cpu_count() or 1
+    _DEVICE.pool = ChunkPool(threads)
     device = DeviceDesc(HostDevice.name, _platform.machine(), DeviceType.HOST, _DEVICE)
     return [PlatformDesc("host", "pyoffload", sys.version.split()[0], (device,), None)]
 
 
 @hookimpl
 def deinit_impl() -> None:
-    return None
+    _DEVICE.pool.close()
 
 
 @hookimpl
@@ -214,7 +241,11 @@ def get_symbols_impl(device: Any, program: HostProgram) -> Sequence[SymbolDesc]:
 def get_kernel_impl(device: Any, program: HostProgram, name: str) -> HostKernel:
     fn = getattr(program.lib, name)
     fn.restype = None
-    return HostKernel(fn, name, program.info.signatures.get(name))
+    signature = program.info.signatures.get(name)
+    parallel = program.info.find(PARALLEL_MARKER + name, SymbolKind.GLOBAL) is not None
+    if parallel and signature is not None:
+        signature = signature[1:]  # PYOFFLOAD_GROUPS is the backend's, not a launch argument
+    return HostKernel(fn, name, signature, parallel)
 
 
 @hookimpl
@@ -262,7 +293,9 @@ def kernel_packer_impl(device: Any, kernel: HostKernel, kinds: tuple[str, ...]) 
         return _pointers
     # ctypes types take numpy scalars and Python numbers as they are (the generic layer has
     # range-checked them), so packing is one C-level map with no Python frame per argument.
-    converters = tuple(_local if kind == "local" else _CTYPES[kind] for kind in kinds)
+    # A data-parallel kernel gets its local memory per chunk, when the launch runs.
+    local = _Scratch if kernel.parallel else _local
+    converters = tuple(local if kind == "local" else _CTYPES[kind] for kind in kinds)
 
     def pack(values: tuple[Any, ...]) -> tuple[Any, ...]:
         return tuple(map(operator.call, converters, values))
@@ -278,15 +311,57 @@ def _local(local: Any) -> Any:
     return (ctypes.c_char * local.size)()  # fresh per launch: work-group scratch
 
 
+class _Scratch:
+    """A ``LocalMemory`` argument of a data-parallel kernel: a buffer per chunk, made as it runs."""
+
+    __slots__ = ("size",)
+
+    def __init__(self, local: Any) -> None:
+        self.size = local.size
+
+
+def _run_parallel(kernel: HostKernel, pool: ChunkPool, grid: tuple[int, int, int], block: tuple[int, int, int],
+                  args: tuple[Any, ...]) -> None:
+    """One launch of a data-parallel kernel, on its queue's worker thread: the work-groups in
+    contiguous chunks, one per pool thread, then the trap check."""
+    total = grid[0] * grid[1] * grid[2]
+    n = min(pool.threads, total)
+    scratch = any(type(a) is _Scratch for a in args)
+    groups = []
+    chunks = []
+    for i in range(n):
+        g = _Groups((ctypes.c_uint64 * 3)(*grid), (ctypes.c_uint64 * 3)(*block), total * i // n, total * (i + 1) // n)
+        groups.append(g)
+        if scratch:  # one buffer per calling thread, reused by the groups it runs
+            chunks.append((ctypes.byref(g), *((ctypes.c_char * a.size)() if type(a) is _Scratch else a for a in args)))
+        else:
+            chunks.append((ctypes.byref(g), *args))
+    if n == 1:
+        kernel.fn(*chunks[0])
+    else:
+        pool.run(kernel.fn, chunks)
+    trapped = [g.trapped - 1 for g in groups if g.trapped]
+    if trapped:
+        raise OffloadError(f"host backend: kernel {kernel.name!r} trapped (pyoffload_trap) in work-group "
+                           f"{min(trapped)} of {total} (grid {grid}, block {block})")
+
+
 @hookimpl
 def launch_impl(device: Any, queue: HostQueue, kernel: HostKernel, grid: Any, block: Any, args: tuple[Any, ...]) -> None:
-    queue.submit(kernel.fn, args)
+    if kernel.parallel:
+        queue.submit(_run_parallel, (kernel, device.pool, grid, block, args))
+    else:
+        queue.submit(kernel.fn, args)
 
 
 @hookimpl
 def launch_prepare_impl(device: Any, queue: HostQueue, kernel: HostKernel, grid: Any, block: Any,
                         args: tuple[Any, ...]) -> Callable[[], None]:
-    submit, fn = queue.submit, kernel.fn
+    submit = queue.submit
+    if kernel.parallel:
+        run = (kernel, device.pool, grid, block, args)
+        return lambda: submit(_run_parallel, run)
+    fn = kernel.fn
     return lambda: submit(fn, args)
 
 
@@ -325,6 +400,7 @@ def event_record_impl(device: Any, queue: HostQueue) -> HostEvent:
 def event_wait_impl(device: Any, event: HostEvent) -> None:
     event.done.wait()
     if event.error is not None:
+        event.queue.reported(event.error)
         raise event.error
 
 
