@@ -64,3 +64,14 @@ def wait_raw(request: Any, check: Callable[[], None] | None = None) -> None:
         if check is not None:
             check()
         backoff.pause()
+
+
+def wait_all(requests: list[Any], check: Callable[[], None] | None = None) -> None:
+    """Complete every request of a list of buffer sends or receives."""
+    from mpi4py import MPI
+
+    backoff = Backoff()
+    while not MPI.Request.Testall(requests):
+        if check is not None:
+            check()
+        backoff.pause()

@@ -15,6 +15,7 @@ its bytes stay together.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import socket
 import threading
@@ -22,9 +23,11 @@ import time
 from queue import SimpleQueue
 from typing import Any
 
+import numpy as np
+
 from pyoffload import settings
 
-from .comm import SERVE_VARIABLE, Backoff, beat_interval, timeout, wait, wait_raw
+from .comm import SERVE_VARIABLE, Backoff, beat_interval, timeout, wait, wait_all, wait_raw
 from .protocol import CHUNK, TAG_REPLY, TAG_REQUEST, ErrorRecord, chunks, error_record, picklable
 
 
@@ -272,11 +275,15 @@ class Server:
         served.queue.memcpy(dst, src, size)
 
     def do_submit(self, served: ServedQueue, dst: int, size: int) -> None:
-        # The bytes follow on the request channel: take them all (rank 0 sent them already), and
-        # let the device copy each chunk while the next one arrives.
+        # The bytes follow on the request channel: take them all (rank 0 sent them already).
+        direct = _in_place(dst, size, served)
+        if direct is not None:  # straight into the device's memory: no staging, no second copy
+            _receive_all(self.comm, direct, 0, TAG_REQUEST)
+            return
+        # Else the device copies each chunk while the next one arrives.
         failure: BaseException | None = None
         for offset, length in chunks(size):
-            buffer = bytearray(length)
+            buffer = np.empty(length, np.uint8)
             wait_raw(self.comm.Irecv([buffer, _byte()], 0, TAG_REQUEST))
             if failure is None:
                 try:
@@ -287,51 +294,65 @@ class Server:
             raise failure
 
     def do_retrieve(self, served: ServedQueue, src: int, size: int, xfer: int) -> None:
-        staging = bytearray(size)
-        served.queue.memcpy(staging, src, size)
-
-        def send() -> None:
-            view = memoryview(staging)
+        def send(view: memoryview) -> None:
             for offset, length in chunks(size):
                 self.reply(("data", xfer, offset, length), view[offset:offset + length])
 
-        served.queue.launch_host_function(self._guarded(served, send))
+        direct = _in_place(src, size, served)
+        if direct is not None:
+            send(direct)
+            return
+        staging = memoryview(np.empty(size, np.uint8))
+        served.queue.memcpy(staging, src, size)
+        served.queue.launch_host_function(self._guarded(served, lambda: send(staging)))
 
     def do_xfer(self, served: ServedQueue | None, role: str, peer: int, mpi_tag: int, ptr: int, size: int) -> None:
         """One side of a copy between two servers: ``role`` is ``send`` (this rank holds the
         source) or ``recv``; with a queue, this side orders the copy on it, else it runs now."""
-        staging = bytearray(size)
-        view = memoryview(staging)
         if served is None:
-            threading.Thread(target=self._xfer_side, args=(role, peer, mpi_tag, ptr, size, view),
+            threading.Thread(target=self._xfer_side, args=(role, peer, mpi_tag, ptr, size),
                              name="pyoffload-mpi-xfer", daemon=True).start()
-        elif role == "send":
-            served.queue.memcpy(staging, ptr, size)
+            return
+        direct = _in_place(ptr, size, served)
+        if direct is not None:  # in order already: move the bytes now, from or into the memory itself
+            if role == "send":
+                self._push(direct, peer, mpi_tag, ack=True)
+            else:
+                self._pull(direct, peer, mpi_tag)
+            return
+        view = memoryview(np.empty(size, np.uint8))
+        if role == "send":
+            served.queue.memcpy(view, ptr, size)
             served.queue.launch_host_function(self._guarded(served, lambda: self._push(view, peer, mpi_tag, ack=True)))
         else:
             served.queue.launch_host_function(self._guarded(served, lambda: self._pull(view, peer, mpi_tag)))
-            served.queue.memcpy(ptr, staging, size)
+            served.queue.memcpy(ptr, view, size)
 
-    def _xfer_side(self, role: str, peer: int, mpi_tag: int, ptr: int, size: int, view: memoryview) -> None:
+    def _xfer_side(self, role: str, peer: int, mpi_tag: int, ptr: int, size: int) -> None:
         import pyoffload
 
+        direct = _in_place(ptr, size, None)
+        view = direct if direct is not None else memoryview(np.empty(size, np.uint8))
         if role == "send":
-            pyoffload.memcpy(view, ptr, size)
+            if direct is None:
+                pyoffload.memcpy(view, ptr, size)
             self._push(view, peer, mpi_tag, ack=False)
         else:
             self._pull(view, peer, mpi_tag)
-            pyoffload.memcpy(ptr, view, size)
+            if direct is None:
+                pyoffload.memcpy(ptr, view, size)
             wait_raw(self.comm.Isend([bytearray(1), _byte()], peer, mpi_tag))  # the copy has landed
 
     def _push(self, view: memoryview, peer: int, mpi_tag: int, ack: bool) -> None:
-        for offset, length in chunks(len(view), CHUNK):
-            wait_raw(self.comm.Isend([view[offset:offset + length], _byte()], peer, mpi_tag), self._deadline())
+        # Every chunk in flight at once: MPI moves the next while the peer takes the last.
+        requests = [self.comm.Isend([view[offset:offset + length], _byte()], peer, mpi_tag)
+                    for offset, length in chunks(len(view), CHUNK)]
+        wait_all(requests, self._deadline())
         if ack:
             wait_raw(self.comm.Irecv([bytearray(1), _byte()], peer, mpi_tag), self._deadline())
 
     def _pull(self, view: memoryview, peer: int, mpi_tag: int) -> None:
-        for offset, length in chunks(len(view), CHUNK):
-            wait_raw(self.comm.Irecv([view[offset:offset + length], _byte()], peer, mpi_tag), self._deadline())
+        _receive_all(self.comm, view, peer, mpi_tag, self._deadline())
 
     def _deadline(self) -> Any:
         """A check for peer waits: give up after the timeout (a peer that stopped answering)."""
@@ -356,6 +377,28 @@ class Server:
                 served.fail(exc)
 
         return run
+
+
+def _in_place(address: int, size: int, served: ServedQueue | None) -> memoryview | None:
+    """The ``size`` bytes at ``address`` themselves, when MPI may read or write them now: the
+    memory is host memory (the host backend's device memory) and the queue that orders the copy,
+    if any, has nothing left in flight, so that moving the bytes at once keeps queue order.
+    ``None`` otherwise: the copy is then staged and ordered on the queue."""
+    import pyoffload
+
+    if served is not None and not served.queue.query():
+        return None
+    device = pyoffload.mem_info(address).device
+    if device is None or not device.host_memory:
+        return None
+    return memoryview((ctypes.c_char * size).from_address(address)).cast("B")
+
+
+def _receive_all(comm: Any, view: memoryview, peer: int, mpi_tag: int, check: Any = None) -> None:
+    """Receive ``view`` from ``peer``, sent as :func:`.protocol.chunks`, all chunks posted at once."""
+    requests = [comm.Irecv([view[offset:offset + length], _byte()], peer, mpi_tag)
+                for offset, length in chunks(len(view), CHUNK)]
+    wait_all(requests, check)
 
 
 _RPC = frozenset(name[4:] for name in dir(Server) if name.startswith("rpc_"))

@@ -1,0 +1,249 @@
+#!/usr/bin/env python3
+"""The MPI backend against raw mpi4py, in the same job:
+
+    PYOFFLOAD_PLUGINS=mpi PYOFFLOAD_MPI_SERVE= mpirun -n 3 python -m pyoffload_mpi benchmarks/bench_mpi.py [--quick]
+
+(on one machine add ``--oversubscribe --mca btl tcp,self,vader --mca btl_tcp_if_include lo``.)
+Rank 0 runs this script; ranks 1 and 2 serve their host device (``PYOFFLOAD_MPI_SERVE=`` keeps
+them to the host backend, whose device memory is plain memory: the figures measure the transport,
+not a device's copy engine).
+
+* **Copy bandwidth**, 1 MiB to 256 MiB: host→remote (rank 0's numpy array to rank 1's device),
+  remote→host, and remote→remote (rank 1's device to rank 2's), each synchronous
+  (``pyoffload.memcpy``) and queued (``n`` copies on a queue, then one wait), against plain
+  mpi4py ``Send``/``Recv`` of the same bytes between the same two ranks (buffer-based, no pickle),
+  with the server's side of the baseline run by its ``raw`` request.  Target ≥ 0.8× raw.
+* **Launch enqueue latency**: ``n`` prepared launches of an empty kernel on a rank-1 queue, then
+  one wait, per launch; against ``n`` mpi4py ``Isend`` of a message of the same size.  Target ≤ 20 µs.
+
+Each figure is the median of repeats, the baseline measured in the same repeat, the ratio per
+repeat with min–max (``_stats.measure``).  Writes ``benchmarks/results/mpi.json`` and ``mpi.md``,
+and ``mpi_bandwidth.png`` when matplotlib is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import pathlib
+import pickle
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import pyoffload  # noqa: E402
+from _stats import Figure, Target, fmt_size, gbps, measure, us  # noqa: E402
+from report import markdown  # noqa: E402
+from run import _machine  # noqa: E402
+
+SUITE = "mpi"
+MiB = 1 << 20
+BANDWIDTH = Target("ratio", ">=", 0.8, "≥ 0.8× raw (≥ 1 MiB)")
+LATENCY = Target("value", "<=", 20.0, "≤ 20 µs per launch")
+
+
+def _link() -> Any:
+    from pyoffload_mpi import session
+
+    current = session.CURRENT
+    if current is None or current.link is None:
+        sys.exit("run this under `mpirun -n 3 python -m pyoffload_mpi benchmarks/bench_mpi.py`")
+    return current.link
+
+
+def _device(rank: int) -> Any:
+    """The host device of ``rank`` (else its first device)."""
+    found = [d for d in pyoffload.devices() if d.backend == "mpi" and d.info["mpi.rank"] == rank]
+    if not found:
+        sys.exit(f"rank {rank} serves no device: start 3 ranks with PYOFFLOAD_PLUGINS=mpi")
+    hosts = [d for d in found if d.info["mpi.remote_backend"] == "host"]
+    return (hosts or found)[0]
+
+
+def _bandwidth(link: Any, dev1: Any, dev2: Any, size: int, cfg: argparse.Namespace) -> list[Figure]:
+    comm, byte = link.comm, link.MPI.BYTE
+    memcpy = pyoffload.memcpy
+    src = np.ones(size, np.uint8)
+    dst = np.zeros(size, np.uint8)
+    a1, a2 = dev1.alloc(size), dev2.alloc(size)
+    q1, q2 = dev1.create_queue(), dev2.create_queue()
+    memcpy(a1, src)
+    n = max(1, (64 if cfg.quick else 256) * MiB // size)
+
+    def sync(op: Any) -> Any:
+        def batch(k: int) -> None:
+            for _ in range(k):
+                op()
+        return batch
+
+    def queued(q: Any, d: Any, s: Any) -> Any:
+        def batch(k: int) -> None:
+            for _ in range(k):
+                memcpy(d, s, size, queue=q)
+            q.wait()
+        return batch
+
+    def raw_h2d(k: int) -> None:
+        tag = link.tags.take()
+        started = link.start(1, "raw", "recv", 0, tag, size, k)
+        for _ in range(k):
+            comm.Send([src, byte], 1, tag)
+        link.finish(started)
+
+    def raw_d2h(k: int) -> None:
+        tag = link.tags.take()
+        started = link.start(1, "raw", "send", 0, tag, size, k)
+        for _ in range(k):
+            comm.Recv([dst, byte], 1, tag)
+        link.finish(started)
+
+    def raw_r2r(k: int) -> None:
+        tag = link.tags.take()
+        receiving = link.start(2, "raw", "recv", 1, tag, size, k)
+        sending = link.start(1, "raw", "send", 2, tag, size, k)
+        link.finish(sending)
+        link.finish(receiving)
+
+    contenders = {
+        "h2d": sync(lambda: memcpy(a1, src)),
+        "h2d queued": queued(q1, a1, src),
+        "raw h2d": raw_h2d,
+        "d2h": sync(lambda: memcpy(dst, a1)),
+        "d2h queued": queued(q1, dst, a1),
+        "raw d2h": raw_d2h,
+        "r2r": sync(lambda: memcpy(a2, a1)),
+        "r2r queued": queued(q1, a2, a1),
+        "raw r2r": raw_r2r,
+    }
+    t = measure(contenders, n, cfg.repeats, warmup=1)
+    memcpy(dst, a2)
+    assert (dst == 1).all(), "the remote→remote copy did not deliver the bytes"
+    bw = {k: gbps(size, v) for k, v in t.items()}
+    what = {"h2d": "host → rank 1", "d2h": "rank 1 → host", "r2r": "rank 1 → rank 2"}
+    raw = {"h2d": "mpi4py Send (rank 0 → 1)", "d2h": "mpi4py Recv (rank 1 → 0)", "r2r": "mpi4py Send/Recv (rank 1 → 2)"}
+    figs = []
+    for direction, label in what.items():
+        for mode in ("", " queued"):
+            figs.append(Figure(SUITE, f"memcpy {label}{', queued' if mode else ''}", "mpi", fmt_size(size), "GB/s",
+                               bw[direction + mode], raw[direction], bw["raw " + direction], BANDWIDTH,
+                               extra={"size": size, "direction": direction + mode}))
+    for q in (q1, q2):
+        q.destroy()
+    pyoffload.free(a1)
+    pyoffload.free(a2)
+    return figs
+
+
+def _launch(link: Any, dev1: Any, cfg: argparse.Namespace) -> list[Figure]:
+    comm, byte = link.comm, link.MPI.BYTE
+    images = dev1.disp.conformance_images_impl(dev1.handle)
+    program = dev1.load_program(images["kernels"])
+    q = dev1.create_queue()
+    prepared = q.prepare(program.kernel("noop"), 1, 1, ())
+    launch = q.launch
+    noop = program.kernel("noop")
+    # What a launch request weighs on the wire: the baseline sends as many bytes per message.
+    message = pickle.dumps(("launch", 1, 1, (1, 1, 1), (1, 1, 1), ()), pickle.HIGHEST_PROTOCOL)
+    n = 200 if cfg.quick else 2000
+
+    def ours_prepared(k: int) -> None:
+        for _ in range(k):
+            prepared()
+        q.wait()
+
+    def ours_launch(k: int) -> None:
+        for _ in range(k):
+            launch(noop, 1, 1, ())
+        q.wait()
+
+    def raw(k: int) -> None:
+        tag = link.tags.take()
+        started = link.start(1, "raw", "recv", 0, tag, len(message), k)
+        requests = [comm.Isend([message, byte], 1, tag) for _ in range(k)]
+        link.MPI.Request.Waitall(requests)
+        link.finish(started)
+
+    t = measure({"prepared": ours_prepared, "launch": ours_launch, "raw": raw}, n, cfg.repeats)
+    q.destroy()
+    program.unload()
+    base = "mpi4py Isend of the same bytes, then the server's Recv"
+    return [
+        Figure(SUITE, "launch enqueue, prepared (per launch, incl. a share of one wait)", "mpi", f"n={n}", "us",
+               us(t["prepared"]), base, us(t["raw"]), LATENCY),
+        Figure(SUITE, "launch enqueue, queue.launch (per launch, incl. a share of one wait)", "mpi", f"n={n}", "us",
+               us(t["launch"]), base, us(t["raw"]), LATENCY),
+    ]
+
+
+def _plot(out: pathlib.Path, rows: list[dict[str, Any]]) -> list[pathlib.Path]:
+    if importlib.util.find_spec("matplotlib") is None:
+        return []
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.2), sharey=True)
+    for ax, direction in zip(axes, ("h2d", "d2h", "r2r")):
+        for mode, style in (("", "o-"), (" queued", "s--")):
+            pts = sorted((r["extra"]["size"], r) for r in rows if r.get("extra", {}).get("direction") == direction + mode)
+            if pts:
+                ax.semilogx([p[0] for p in pts], [p[1]["median"] for p in pts], style, label=f"pyoffload{mode}")
+        pts = sorted((r["extra"]["size"], r) for r in rows if r.get("extra", {}).get("direction") == direction)
+        if pts:
+            ax.semilogx([p[0] for p in pts], [p[1]["baseline_median"] for p in pts], "^-", label=pts[0][1]["baseline"])
+            ax.set(xlabel="bytes", title=pts[0][1]["name"])
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("GB/s (median)")
+    path = out / "mpi_bandwidth.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [path]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer sizes and repeats")
+    ap.add_argument("--out", type=pathlib.Path, default=HERE / "results")
+    cfg = ap.parse_args(argv)
+    cfg.repeats = 3 if cfg.quick else 5
+    link = _link()
+    start = time.perf_counter()
+    dev1, dev2 = _device(1), _device(2)
+    sizes = [1 * MiB, 16 * MiB, 256 * MiB] if cfg.quick else [1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB]
+    figures = _launch(link, dev1, cfg)
+    for size in sizes:
+        print(f"[mpi] {fmt_size(size)} ...", flush=True)
+        figures += _bandwidth(link, dev1, dev2, size, cfg)
+    rows = [f.as_dict() for f in figures]
+    meta = {
+        "machine": _machine(),
+        "mode": "quick" if cfg.quick else "full",
+        "repeats": cfg.repeats,
+        "backends": [f"mpi ({dev1.name}, {dev2.name}; {link.size} ranks)"],
+        "pyoffload": pyoffload.__version__,
+        "seconds": time.perf_counter() - start,
+        "skipped": [] if importlib.util.find_spec("matplotlib") else ["plot: matplotlib is not installed"],
+    }
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    (cfg.out / "mpi.json").write_text(json.dumps({"meta": meta, "results": rows}, indent=1))
+    text = markdown(rows, meta)
+    (cfg.out / "mpi.md").write_text(text)
+    print(text)
+    for path in _plot(cfg.out, rows):
+        print("plot:", path)
+    missed = [r for r in rows if r["met"] is False]
+    print(f"{len(rows)} figures, {len(rows) - len(missed)} targets met, {len(missed)} missed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
