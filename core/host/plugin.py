@@ -71,7 +71,6 @@ ALIGNMENT = 64
 
 class HostDevice:
     name = f"{_platform.processor() or _platform.machine()} (host)"
-    pool = ChunkPool(1)  # replaced by init_impl with the configured thread count
 
 
 class HostProgram:
@@ -111,19 +110,24 @@ PARALLEL_MARKER = "pyoffload_parallel_"
 
 
 _DEVICE = HostDevice()
+# Runs the chunks of data-parallel launches of every host queue; sized by init_impl.
+_POOL = ChunkPool(1)
 
 
 @hookimpl
 def init_impl() -> Sequence[PlatformDesc]:
+    global _POOL
     threads = settings.integer("PYOFFLOAD_HOST_THREADS", None, minimum=1) or os.cpu_count() or 1
-    _DEVICE.pool = ChunkPool(threads)
+    if threads != _POOL.threads:  # a new runtime: no launch of the previous one is still running
+        _POOL.close()
+        _POOL = ChunkPool(threads)
     device = DeviceDesc(HostDevice.name, _platform.machine(), DeviceType.HOST, _DEVICE)
     return [PlatformDesc("host", "pyoffload", sys.version.split()[0], (device,), None)]
 
 
 @hookimpl
 def deinit_impl() -> None:
-    _DEVICE.pool.close()
+    return None  # the pool's threads wait idle for the next runtime's launches
 
 
 @hookimpl
@@ -349,7 +353,7 @@ def _run_parallel(kernel: HostKernel, pool: ChunkPool, grid: tuple[int, int, int
 @hookimpl
 def launch_impl(device: Any, queue: HostQueue, kernel: HostKernel, grid: Any, block: Any, args: tuple[Any, ...]) -> None:
     if kernel.parallel:
-        queue.submit(_run_parallel, (kernel, device.pool, grid, block, args))
+        queue.submit(_run_parallel, (kernel, _POOL, grid, block, args))
     else:
         queue.submit(kernel.fn, args)
 
@@ -359,7 +363,7 @@ def launch_prepare_impl(device: Any, queue: HostQueue, kernel: HostKernel, grid:
                         args: tuple[Any, ...]) -> Callable[[], None]:
     submit = queue.submit
     if kernel.parallel:
-        run = (kernel, device.pool, grid, block, args)
+        run = (kernel, _POOL, grid, block, args)
         return lambda: submit(_run_parallel, run)
     fn = kernel.fn
     return lambda: submit(fn, args)
