@@ -320,6 +320,8 @@ def _segments(phdrs: list[Any]) -> tuple[list[Any], Any]:
     loads = [ph for ph in phdrs if ph["p_type"] == "PT_LOAD"]
     if not loads:
         raise _bad("no PT_LOAD segment")
+    if any(not seg["p_flags"] & _PF_R for seg in loads):  # code reads its own data (unwind tables...) there
+        raise _bad("a PT_LOAD segment is not readable")
     # ld.so reserves the span from the first to the last PT_LOAD and maps each one at a fixed
     # place in it: a segment out of order would be mapped over whatever else lives there.
     for prev, seg in zip(loads, loads[1:]):
@@ -500,6 +502,8 @@ def validate(image: bytes, elf: Any) -> None:
     for tag, val in strings:
         if val >= strsz:
             raise _bad(f"{_DT_STRING_TAGS[tag]} offset {val} is outside the string table ({strsz} bytes)")
+        if tag == DT_NEEDED and not strtab[val]:  # ld.so takes an empty name for the main program
+            raise _bad("a DT_NEEDED entry names no library")
     if tags.get(DT_SYMENT, _SYM_SIZE) != _SYM_SIZE:
         raise _bad(f"DT_SYMENT is {tags[DT_SYMENT]}, expected {_SYM_SIZE}")
     if DT_PREINIT_ARRAY in tags or DT_REL in tags:
@@ -622,7 +626,7 @@ def _relocations(layout: _Layout, tags: dict[int, int], fmt: str, nsyms: int, sy
         in_file = stored is not None and slot + 8 <= stored["p_vaddr"] + stored["p_filesz"]
         targets[slot] = struct.unpack(f"{fmt}Q", layout.read(slot, 8, "DT_RELR"))[0] if in_file else 0
     for tag in (DT_INIT, DT_FINI):
-        if tags.get(tag):
+        if tag in tags:  # ld.so calls it whatever its value, 0 included
             layout.code(tags[tag], "DT_INIT" if tag == DT_INIT else "DT_FINI", starts)
     for addr_tag, size_tag, what in ((DT_INIT_ARRAY, DT_INIT_ARRAYSZ, "DT_INIT_ARRAY"),
                                      (DT_FINI_ARRAY, DT_FINI_ARRAYSZ, "DT_FINI_ARRAY")):
