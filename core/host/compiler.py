@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import shutil
 import subprocess
@@ -22,11 +23,19 @@ def find_cc() -> str | None:
 
 
 def compiler_id() -> str | None:
-    """The compiler's resolved path and version line (the build cache's key); ``None`` without one."""
+    """The compiler's resolved path and version line, and a digest of the kernel header sources
+    include (the build cache's key: a changed header must not reuse old images); ``None`` without
+    a compiler."""
     compiler = find_cc()
     if not compiler:
         return None
-    return _identify(shutil.which(compiler) or compiler)
+    return f"{_identify(shutil.which(compiler) or compiler)} header {_header_digest()}"
+
+
+@functools.cache
+def _header_digest() -> str:
+    header = resources.files(__package__).joinpath("pyoffload_host.h").read_bytes()
+    return hashlib.sha256(header).hexdigest()[:16]
 
 
 @functools.cache

@@ -238,7 +238,8 @@ def unload_binary_impl(device: Any, program: HostProgram) -> None:
 
 @hookimpl
 def get_symbols_impl(device: Any, program: HostProgram) -> Sequence[SymbolDesc]:
-    return program.info.symbols
+    # the data-parallel markers are this backend's, not the program's globals
+    return [s for s in program.info.symbols if not s.name.startswith(PARALLEL_MARKER)]
 
 
 @hookimpl
