@@ -279,7 +279,7 @@ class Queue(QueueCore):
                     raise self.disp.failure("launch_impl", exc) from exc
                 self.submitted = seq
             else:
-                self.backlog.append(("op", seq, (fn, args)))
+                self.backlog.append(("op", seq, (fn, args, None)))
             self.seq = seq
             return seq, (self.mark_locked(owned=True) if self.profiling else None)
 

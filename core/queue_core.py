@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import settings
-from .errors import BackendError, Errc, InvalidHandleError, OffloadError
+from .errors import BackendError, Errc, InvalidHandleError, OffloadError, UnsupportedError
 from .runtime import dead_runtime_error, warn_teardown
 
 # Poll for completed markers on enqueue once this many holds or deferred actions are pending.
@@ -132,12 +132,16 @@ class QueueCore:
 
     # -- enqueueing -------------------------------------------------------------------------
 
-    def enqueue(self, hook: str, args: tuple[Any, ...], hold: Any = None, mark: bool = True) -> int:
+    def enqueue(self, hook: str, args: tuple[Any, ...], hold: Any = None, mark: bool = True,
+                fallback: Callable[[], None] | None = None) -> int:
         """Enqueue one operation whose backend part is the enqueue hook ``hook`` called with
         ``args``; return its sequence number.  ``hold`` is kept alive until the operation completes (a host buffer it
         reads or writes); a marker is recorded after it so that the hold is released as soon as
         anyone observes completion, unless ``mark`` is false: the caller is about to wait for it
-        (a synchronous copy), and a queue synchronisation then serves without a driver event."""
+        (a synchronous copy), and a queue synchronisation then serves without a driver event.
+        ``fallback`` does the operation's work on the host if the backend refuses it
+        (``UnsupportedError``) once it is handed over from the backlog; outside the backlog the
+        refusal reaches the caller, who falls back itself."""
         with self._lock:
             if not self.live:
                 raise self.dead()
@@ -151,7 +155,7 @@ class QueueCore:
                     raise self.disp.failure(hook, exc) from exc
                 self.submitted = seq
             else:
-                self.backlog.append(("op", seq, (getattr(self.disp.raw, hook), args)))
+                self.backlog.append(("op", seq, (getattr(self.disp.raw, hook), args, fallback)))
             self.seq = seq
             if hold is not None:
                 self._holds.append((seq, hold))
@@ -316,6 +320,10 @@ class QueueCore:
                     try:
                         payload[0](*payload[1])
                     except Exception as exc:  # the enqueue was accepted: report it like a failure
+                        if payload[2] is not None and isinstance(exc, UnsupportedError):
+                            # the backend cannot do it: the host does it in the same place in order
+                            backlog.appendleft(("host", seq, self._host_runner(payload[2], seq)))
+                            continue
                         if not isinstance(exc, OffloadError):
                             exc = self.disp.failure(getattr(payload[0], "__name__", "an enqueue hook"), exc)
                         self.failures[seq] = exc

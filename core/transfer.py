@@ -355,7 +355,8 @@ def memfill(ptr: Any, pattern: Any, size: Any = None, queue: QueueCore | None = 
         return queue.event_for(0)  # type: ignore[attr-defined]
     if native and end.device is not None and not end.device.host_memory:
         try:
-            seq = queue.enqueue("data_fill_impl", (queue.dh, queue.handle, end.addr, pat, size))
+            seq = queue.enqueue("data_fill_impl", (queue.dh, queue.handle, end.addr, pat, size),
+                                fallback=lambda: _fill_now(end, pat, size))
             _record_use(end, queue, seq)
             return queue.event_for(seq)  # type: ignore[attr-defined]
         except UnsupportedError:
