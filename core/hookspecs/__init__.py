@@ -38,8 +38,11 @@ The rules every ``*_impl`` hook follows (each hook's docstring adds its own):
 * **When failures are reported.**  An enqueue hook raises only what it can tell at enqueue time
   (arguments the driver refuses, exhausted resources).  A failure of the work itself (a kernel
   that faults, a copy that fails) is raised by ``event_wait_impl`` / ``event_query_impl`` of any
-  event recorded after it and by ``queue_synchronize_impl``; the generic layer reports it to the
-  user once per queue and on every wait of the operation's own event.
+  event recorded after it and by ``queue_synchronize_impl`` — until one of those waits has raised
+  it: events the queue reaches after that do not carry it any more, so the queue keeps working
+  (unless the device itself is left unusable, as by a CUDA kernel fault: then say so in every
+  later call).  The generic layer reports it to the user once per queue and on every wait of the
+  operation's own event.
 * **Errors.**  Raise the classes of :mod:`pyoffload.backend`: ``OutOfResourcesError`` (the
   caching allocator then releases its cache and retries once), ``InvalidBinaryError``,
   ``CompileError`` (with ``build_log``), ``NotFoundError``, ``UnsupportedError``,

@@ -35,13 +35,16 @@ class Pending:
 class RemoteQueue:
     """Rank 0's handle of a queue on a server."""
 
-    __slots__ = ("qid", "rank", "device", "error", "probe", "enqueued")
+    __slots__ = ("qid", "rank", "device", "error", "probe", "enqueued", "synchronised_failures")
 
     def __init__(self, qid: int, rank: int, device: Any) -> None:
         self.qid, self.rank, self.device = qid, rank, device
-        self.error: ErrorRecord | None = None  # the queue's first failure: every later event reports it
+        self.error: ErrorRecord | None = None  # the queue's failure no wait has raised yet: later events carry it
         self.probe: tuple[int, RemoteEvent] | None = None  # for queue_query_impl
         self.enqueued = 0
+        # failures a synchronisation raised: later synchronisations do not raise them again (the
+        # server's events of the same stretch of work keep reporting them)
+        self.synchronised_failures: set[int] = set()
 
 
 class RemoteEvent:
@@ -53,6 +56,16 @@ class RemoteEvent:
         self.eid, self.rank, self.queue, self.kept = eid, queue.rank, queue, kept
         self.done = threading.Event()
         self.error: ErrorRecord | None = None
+
+
+def raise_failure(event: RemoteEvent) -> None:
+    """Raise the failure ``event`` carries; once raised by a wait, events that complete later on its
+    queue no longer carry it (the hook contract: a failure is reported until a wait raised it)."""
+    record = event.error
+    assert record is not None
+    if event.queue.error is record:
+        event.queue.error = None
+    raise rebuild(record)
 
 
 class Link:
@@ -159,11 +172,18 @@ class Link:
         self.post(queue.rank, ("record", queue.qid, event.eid, kept))
         return event
 
-    def wait_event(self, event: RemoteEvent) -> None:
+    def wait_event(self, event: RemoteEvent, synchronising: bool = False) -> None:
+        """Wait for ``event``; raise the failure it carries (``synchronising``: a queue-wide wait,
+        which raises each failure once)."""
         while not event.done.wait(0.25):
             self.check(event.rank)
         if event.error is not None:
-            raise rebuild(event.error)
+            if synchronising:
+                seen = event.queue.synchronised_failures
+                if event.error[4] in seen:
+                    return
+                seen.add(event.error[4])
+            raise_failure(event)
 
     def release(self, rank: int, eid: int) -> None:
         """Let the server drop an event (safe from a finaliser: takes no lock)."""
@@ -242,7 +262,7 @@ class Link:
 
     def _declare_dead(self, rank: int, why: str) -> None:
         self.dead[rank] = why
-        record: ErrorRecord = ("BackendError", 17, f"MPI rank {rank}: {why}", "")
+        record: ErrorRecord = ("BackendError", 17, f"MPI rank {rank}: {why}", "", -rank)
         for pending in list(self._replies.values()):
             if pending.rank == rank:
                 pending.ok, pending.value = False, record

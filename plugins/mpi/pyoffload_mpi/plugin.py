@@ -41,8 +41,8 @@ from pyoffload.backend import (
 )
 
 from . import session as _session
-from .client import Link, RemoteEvent, RemoteQueue
-from .protocol import local_address, rebuild, tag, untag
+from .client import Link, RemoteEvent, RemoteQueue, raise_failure
+from .protocol import local_address, tag, untag
 
 HOOK_API = (1, 0)  # the contract this module was written for (a literal: it must not follow upgrades)
 
@@ -337,7 +337,7 @@ def queue_destroy_impl(device: RemoteDevice, queue: RemoteQueue) -> None:
 @hookimpl
 def queue_synchronize_impl(device: RemoteDevice, queue: RemoteQueue) -> None:
     link = _link()
-    link.wait_event(link.record(queue, kept=False))
+    link.wait_event(link.record(queue, kept=False), synchronising=True)
 
 
 @hookimpl
@@ -394,7 +394,7 @@ def event_query_impl(device: RemoteDevice, event: RemoteEvent) -> bool:
         _link().check(event.rank)
         return False
     if event.error is not None:
-        raise rebuild(event.error)
+        raise_failure(event)
     return True
 
 

@@ -91,7 +91,9 @@ class Tags:
 
 # -- errors across ranks ----------------------------------------------------------------------
 
-ErrorRecord = tuple[str, int, str, str]
+ErrorRecord = tuple[str, int, str, str, int]
+"""(class name, errc, message, build log, identity): the identity tells one failure reported through
+several events of a queue from another failure with the same text."""
 """A failure as it travels: (class name, errc, message, build log)."""
 
 
@@ -99,14 +101,14 @@ def error_record(exc: BaseException, rank: int) -> ErrorRecord:
     """What rank 0 needs to raise ``exc`` again as the same class with the same errc."""
     if isinstance(exc, OffloadError):
         message = exc.args[0] if exc.args else ""
-        return type(exc).__name__, int(exc.errc), f"rank {rank}: {message}", getattr(exc, "build_log", "")
-    return "BackendError", int(Errc.BACKEND_FAILURE), f"rank {rank}: {type(exc).__name__}: {exc}", ""
+        return type(exc).__name__, int(exc.errc), f"rank {rank}: {message}", getattr(exc, "build_log", ""), id(exc)
+    return "BackendError", int(Errc.BACKEND_FAILURE), f"rank {rank}: {type(exc).__name__}: {exc}", "", id(exc)
 
 
 def rebuild(record: ErrorRecord) -> OffloadError:
     """A fresh exception from an :data:`ErrorRecord` (fresh: one exception object raised twice
     would grow its traceback)."""
-    name, errc, message, log = record
+    name, errc, message, log, _ = record
     cls = getattr(_errors, name, None)
     if not (isinstance(cls, type) and issubclass(cls, OffloadError)):
         cls = OffloadError

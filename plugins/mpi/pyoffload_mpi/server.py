@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from pyoffload import settings
+from pyoffload import OffloadError, settings
 
 from .comm import SERVE_VARIABLE, Backoff, beat_interval, timeout, wait, wait_all, wait_raw
 from .protocol import CHUNK, TAG_REPLY, TAG_REQUEST, ErrorRecord, chunks, error_record, picklable
@@ -246,6 +246,10 @@ class Server:
 
     def rpc_queue_destroy(self, qid: int) -> None:
         served = self.queues.pop(qid)
+        try:
+            served.queue.wait()
+        except OffloadError:
+            pass  # rank 0 reported it through the queue's events already
         served.queue.destroy()
         served.close()
 

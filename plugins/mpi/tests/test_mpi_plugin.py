@@ -62,8 +62,12 @@ def test_errors_cross_ranks_as_the_same_class_and_errc() -> None:
     assert isinstance(built, CompileError) and built.build_log == "line 1: error"
     odd = protocol.rebuild(protocol.error_record(ZeroDivisionError("boom"), 1))
     assert isinstance(odd, OffloadError) and odd.errc is Errc.BACKEND_FAILURE and "ZeroDivisionError" in str(odd)
-    custom = protocol.rebuild(("NoSuchClass", int(Errc.INVALID_VALUE), "m", ""))
+    custom = protocol.rebuild(("NoSuchClass", int(Errc.INVALID_VALUE), "m", "", 1))
     assert type(custom) is OffloadError and custom.errc is Errc.INVALID_VALUE
+    # one failure reported through two events keeps its identity; two failures differ
+    exc = NotFoundError("x")
+    assert protocol.error_record(exc, 1)[4] == protocol.error_record(exc, 1)[4]
+    assert protocol.error_record(exc, 1)[4] != protocol.error_record(NotFoundError("x"), 1)[4]
 
 
 def test_without_the_launcher_the_plugin_reports_no_devices() -> None:
