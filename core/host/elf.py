@@ -521,11 +521,17 @@ def validate(image: bytes, elf: Any) -> None:
             raise _bad(f"dynamic symbol {i} has name offset {name}, outside the string table ({strsz} bytes)")
         if not i:
             continue
+        if info >> 4 not in (0, 1, 2, 10) or info & 0xF not in (0, 1, 2, 3, 4, 5, 6, 10):
+            raise _bad(f"dynamic symbol {i} has an unknown binding or type ({info:#x})")
+        if 0xFF00 <= shndx != 0xFFF1 or (shndx == 0xFFF1 and info & 0xF in (2, 10)):
+            # ld.so takes any index but SHN_UNDEF as defined, at the image's base plus the value;
+            # only SHN_ABS has a meaning in a shared object, and never for code
+            raise _bad(f"dynamic symbol {i} has the reserved section index {shndx:#x}")
         if shndx == 0 and (info >> 4 not in (1, 2) or other & 3):
             # ld.so binds a local or non-default-visibility reference to the image itself, at its
             # value (0 for an undefined symbol): a call through it would jump to the ELF header
             raise _bad(f"undefined dynamic symbol {i} is not a global, default-visibility reference")
-        if shndx == 0 or shndx >= 0xFF00:  # undefined, absolute or common
+        if shndx == 0 or shndx == 0xFFF1:  # undefined or absolute
             continue
         if shdrs and shndx >= len(shdrs):
             raise _bad(f"dynamic symbol {i} is defined in section {shndx}, of {len(shdrs)}")
