@@ -298,13 +298,14 @@ class Event:
     """A marker.  ``done`` is a lock held until the worker reaches the marker: waiting on a C-level
     lock runs no Python code, which keeps a synchronous operation's cost down."""
 
-    __slots__ = ("done", "error", "stamp")
+    __slots__ = ("done", "error", "stamp", "queue")
 
     def __init__(self) -> None:
         self.done = threading.Lock()
         self.done.acquire()
-        self.error: BaseException | None = None  # the queue's first failure, when it was reached
+        self.error: BaseException | None = None  # the queue's failure no wait had raised yet, if any
         self.stamp = 0.0
+        self.queue: Queue | None = None
 
 
 class Queue:
@@ -325,14 +326,14 @@ class Queue:
 
     def mark(self, event: Event) -> None:
         """Run by the worker when it reaches ``event``: everything submitted before has run."""
-        event.stamp, event.error = time.perf_counter(), self.error
+        event.stamp, event.error, event.queue = time.perf_counter(), self.error, self
         event.done.release()
 
     def _run(self) -> None:
         while (item := self._work.get()) is not None:
             try:
                 item[0](*item[1])
-            except BaseException as exc:  # reported by every later event and by synchronize
+            except BaseException as exc:  # reported by later events until a wait raised it
                 if self.error is None:
                     self.error = exc
             self.completed += 1
@@ -394,17 +395,23 @@ def event_record_impl(device: Device, queue: Queue) -> Event:
 def event_wait_impl(device: Device, event: Event) -> None:
     with event.done:  # acquired once the worker released it
         pass
-    if event.error is not None:
-        raise event.error
+    _raise_failure(event)
 
 
 @hookimpl
 def event_query_impl(device: Device, event: Event) -> bool:
     if event.done.locked():
         return False
-    if event.error is not None:
-        raise event.error
+    _raise_failure(event)
     return True
+
+
+def _raise_failure(event: Event) -> None:
+    """Raise what the event carries; once raised, markers reached later do not carry it."""
+    if event.error is not None:
+        if event.queue is not None and event.queue.error is event.error:
+            event.queue.error = None
+        raise event.error
 
 
 @hookimpl
