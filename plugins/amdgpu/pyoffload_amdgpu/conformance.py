@@ -8,13 +8,13 @@ objects for the device's processor, once per process: clang (``-nogpulib``: the 
 from __future__ import annotations
 
 import functools
-import os
 import shutil
 import subprocess
 import tempfile
 from importlib import resources
 from pathlib import Path
 
+from pyoffload import settings
 from pyoffload.backend import CompileError
 
 CLANG_ENV = "PYOFFLOAD_AMDGPU_CLANG"
@@ -24,7 +24,7 @@ _VERSIONS = range(25, 13, -1)  # clang 14 is the oldest with the amdgcn.device.i
 
 
 def _find(env: str, base: str) -> str | None:
-    explicit = os.environ.get(env)
+    explicit = settings.text(env)
     if explicit:
         return shutil.which(explicit) or (explicit if Path(explicit).is_file() else None)
     names = [f"{base}-{v}" for v in _VERSIONS] + [base, f"/opt/rocm/llvm/bin/{base}"]
@@ -41,8 +41,9 @@ def source(program: str) -> str:
     return resources.files("pyoffload_amdgpu").joinpath(f"conformance_src/{program}.cl").read_text()
 
 
-def build(cl_source: str, arch: str, tools: tuple[str, str] | None = None) -> bytes:
-    """Compile OpenCL C for ``arch`` and link a code object; ``CompileError`` with the log on failure."""
+def build(cl_source: str, arch: str, tools: tuple[str, str] | None = None, options: tuple[str, ...] = ()) -> bytes:
+    """Compile OpenCL C for ``arch`` (``options`` after the defaults) and link a code object;
+    ``CompileError`` with the log on failure."""
     tools = tools or toolchain()
     if tools is None:
         raise CompileError("no clang/ld.lld with the AMDGPU target found (set PYOFFLOAD_AMDGPU_CLANG)")
@@ -51,7 +52,8 @@ def build(cl_source: str, arch: str, tools: tuple[str, str] | None = None) -> by
         src, obj, out = Path(tmp, "k.cl"), Path(tmp, "k.o"), Path(tmp, "k.hsaco")
         src.write_text(cl_source)
         for argv in ([clang, "-x", "cl", "-cl-std=CL2.0", "-target", "amdgcn-amd-amdhsa", f"-mcpu={arch}",
-                      "-nogpulib", "-O2", "-c", str(src), "-o", str(obj)], [lld, "-shared", str(obj), "-o", str(out)]):
+                      "-nogpulib", "-O2", *options, "-c", str(src), "-o", str(obj)],
+                     [lld, "-shared", str(obj), "-o", str(out)]):
             proc = subprocess.run(argv, capture_output=True, text=True, check=False)
             if proc.returncode != 0:
                 log = f"$ {' '.join(argv)}\n{proc.stdout}{proc.stderr}"
@@ -69,3 +71,13 @@ def images(arch: str) -> dict[str, bytes] | None:
     if toolchain() is None:
         return None
     return dict(_images(arch))
+
+
+@functools.cache
+def compiler_id() -> str | None:
+    """The clang used by :func:`build`: its path and version line (the build cache's key)."""
+    tools = toolchain()
+    if tools is None:
+        return None
+    proc = subprocess.run([tools[0], "--version"], capture_output=True, text=True, check=False)
+    return f"{tools[0]} {proc.stdout.splitlines()[0] if proc.stdout else ''}".strip()

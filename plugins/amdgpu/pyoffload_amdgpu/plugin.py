@@ -147,6 +147,18 @@ def deinit_impl() -> None:
 
 
 @hookimpl
+def compile_impl(device: HipDevice, source: str, options: tuple[str, ...]) -> bytes:
+    # OpenCL C for the device's processor, through clang and ld.lld (no ROCm device library)
+    return conformance.build(source, device.arch, options=options)
+
+
+@hookimpl
+def compiler_id_impl(device: HipDevice) -> str | None:
+    ident = conformance.compiler_id()
+    return None if ident is None else f"{ident} -mcpu={device.arch}"
+
+
+@hookimpl
 def device_info_impl(device: HipDevice) -> dict[str, Any]:
     # kDLROCM, kDLROCMHost; DLPack has no ROCm managed type: managed memory is device memory there
     return dict(device.info, dlpack_device_types={"DEVICE": 10, "HOST": 11, "MANAGED": 10})

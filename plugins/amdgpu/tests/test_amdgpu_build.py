@@ -65,3 +65,39 @@ def test_missing_toolchain_means_no_images(monkeypatch):
     assert conformance.images("gfx942") is None
     with pytest.raises(CompileError, match="no clang"):
         conformance.build("kernel void k(void) {}", "gfx90a")
+
+
+SOURCE = """
+kernel __attribute__((amdgpu_flat_work_group_size(1, 1024))) void fill7(global int *out, int n) {
+    uint i = __builtin_amdgcn_workgroup_id_x() * __builtin_amdgcn_workgroup_size_x() + __builtin_amdgcn_workitem_id_x();
+    if (i < (uint)n) out[i] = 7;
+}
+"""
+
+
+def test_build_program_compiles_opencl_c_for_the_device_and_caches_it(monkeypatch, tmp_path):
+    """Device.build_program on AMDGPU: clang for the device's processor, a cached code object,
+    and the compiler's log in CompileError."""
+    import pyoffload
+
+    toolchain_or_skip()
+    try:
+        pyoffload.shutdown()
+    except pyoffload.OffloadError:
+        pass
+    monkeypatch.setenv("PYOFFLOAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("PYOFFLOAD_AMDGPU_DRIVER", "fake")
+    monkeypatch.setenv("PYOFFLOAD_PLUGINS", "amdgpu")
+    try:
+        dev = next(d for d in pyoffload.devices() if d.backend == "amdgpu")
+        prog = dev.build_program(SOURCE)
+        assert [s.name for s in prog.symbols()] == ["fill7"]
+        assert prog.kernel("fill7").signature == ("ptr", "i32")
+        prog.unload()
+        assert any(p.is_file() for p in tmp_path.rglob("*")), "nothing cached"
+        dev.build_program(SOURCE).unload()  # from the cache
+        with pytest.raises(CompileError) as err:
+            dev.build_program("kernel void bad( {}")
+        assert "error" in err.value.build_log
+    finally:
+        pyoffload.shutdown()
