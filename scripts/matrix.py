@@ -23,6 +23,7 @@ CONFORMANCE = ["-p", "pyoffload.testing", "--pyargs", "pyoffload.conformance"]
 
 Row = tuple[str, dict[str, str], list[str], str | None, str, tuple[str, ...]]
 # The last field is what runs ``-m pytest ...``: the row's python, or a launcher ending in it.
+ROW_TIMEOUT_S = 1200  # the slowest row takes under 2 minutes here
 OTHER_PYTHONS = ("3.12", "3.13")  # besides the main environment's 3.11: core and OpenCL rows
 
 
@@ -100,11 +101,17 @@ def main() -> int:
             cmd = [*launcher, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}",
                    *pytest_args, *extra]
             print(f"\n=== row {name}: {' '.join(f'{k}={v!r}' for k, v in env_extra.items())}", flush=True)
-            rc = subprocess.run(cmd, cwd=tempfile.gettempdir() if pytest_args is CONFORMANCE else ROOT, env=env).returncode
+            try:
+                rc = subprocess.run(cmd, cwd=tempfile.gettempdir() if pytest_args is CONFORMANCE else ROOT, env=env,
+                                    timeout=ROW_TIMEOUT_S).returncode
+            except subprocess.TimeoutExpired:  # a hang fails its row, with the reason, not the whole run
+                rc = f"no result within {ROW_TIMEOUT_S} s"
             c = count(junit, backend)
             total = c["passed"] + c["failed"] + c["skipped"]
             problem = ""
-            if rc not in (0,):
+            if isinstance(rc, str):
+                problem = rc
+            elif rc != 0:
                 problem = f"pytest exit status {rc}"
             elif total == 0:
                 problem = "no tests ran"
