@@ -174,7 +174,8 @@ def parse(image: bytes, arch: str = "") -> CodeObject:
         metadata = _metadata(elf)
         globals_ = _globals(elf, elf_bytes)
         kernels = _kernels(elf, metadata)
-    except (ELFError, struct.error, ValueError, KeyError, TypeError) as exc:
+    except (ELFError, struct.error, ValueError, KeyError, TypeError, OverflowError, IndexError, AttributeError,
+            UnicodeDecodeError) as exc:  # what pyelftools and msgpack raise on corrupt input
         raise InvalidBinaryError(f"malformed AMDGPU code object: {exc}") from exc
     return CodeObject(elf_bytes, str(metadata.get("amdhsa.target", "")), kernels, globals_)
 

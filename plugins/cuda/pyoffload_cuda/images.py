@@ -86,19 +86,20 @@ def cubin_symbols(image: bytes) -> ImageSymbols:
         # The SM number moved from bits 0-7 to bits 8-15 of e_flags in ELF ABI version 8.
         flags = elf.header["e_flags"]
         sm = (flags >> 8) & 0xFF if elf.header["e_ident"]["EI_ABIVERSION"] >= 8 else flags & 0xFF
-    except ELFError as exc:
+        kernels: list[str] = []
+        globals_: dict[str, int] = {}
+        # pyelftools folds st_other into visibility and drops the CUDA entry flag: read it raw.
+        for off in range(0, len(data) - _ELF64_SYM.size + 1, _ELF64_SYM.size):
+            st_name, st_info, st_other, st_shndx, _value, st_size = _ELF64_SYM.unpack_from(data, off)
+            if not st_name or not 0 < st_shndx < len(sections):
+                continue
+            if st_info & 0xF == 2 and st_other & STO_CUDA_ENTRY:  # STT_FUNC entry point
+                kernels.append(strtab.get_string(st_name))
+            elif st_info & 0xF == 1 and sections[st_shndx].startswith((".nv.global", ".nv.constant")):
+                globals_[strtab.get_string(st_name)] = st_size
+    except (ELFError, struct.error, ValueError, KeyError, TypeError, OverflowError, IndexError, AttributeError,
+            UnicodeDecodeError) as exc:  # what pyelftools raises on corrupt input
         raise InvalidBinaryError(f"malformed cubin: {exc}") from exc
-    kernels: list[str] = []
-    globals_: dict[str, int] = {}
-    # pyelftools folds st_other into visibility and drops the CUDA entry flag: read it raw.
-    for off in range(0, len(data) - _ELF64_SYM.size + 1, _ELF64_SYM.size):
-        st_name, st_info, st_other, st_shndx, _value, st_size = _ELF64_SYM.unpack_from(data, off)
-        if not st_name or not 0 < st_shndx < len(sections):
-            continue
-        if st_info & 0xF == 2 and st_other & STO_CUDA_ENTRY:  # STT_FUNC entry point
-            kernels.append(strtab.get_string(st_name))
-        elif st_info & 0xF == 1 and sections[st_shndx].startswith((".nv.global", ".nv.constant")):
-            globals_[strtab.get_string(st_name)] = st_size
     return ImageSymbols(tuple(kernels), globals_, f"sm_{sm}" if sm else None)
 
 
