@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import random
 from typing import Any
 
 import pytest
@@ -138,3 +139,18 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         tr.write_line("known failures (skipped; PYOFFLOAD_RUN_KNOWN_FAILURES=1 runs them):")
         for dev, name, reason in _known:
             tr.write_line(f"  {dev}: {name}: {reason}")
+
+
+def image_mutant(image: bytes, seed: int, head: int = 512) -> bytes:
+    """A mutant of a valid device image for a backend's fuzz tests of its image reader: a
+    truncation (three in ten), or one to seven random bytes overwritten, mostly in the first
+    ``head`` bytes, where formats keep their lengths and offsets.  The same seed gives the same
+    mutant, so a failure reproduces."""
+    rng = random.Random(seed)
+    if rng.random() < 0.3:
+        return image[: rng.randrange(0, len(image))]
+    data = bytearray(image)
+    for _ in range(rng.randrange(1, 8)):
+        pos = rng.randrange(min(len(data), head)) if rng.random() < 0.7 else rng.randrange(len(data))
+        data[pos] = rng.randrange(256)
+    return bytes(data)

@@ -133,20 +133,6 @@ def test_prepared_launch_on_a_destroyed_queue_is_refused(device, kernels):
     assert err.value.errc is Errc.INVALID_QUEUE
 
 
-@pytest.mark.parametrize("block", [1, 8, 32])
-def test_local_memory_per_block_size(device, kernels, queue, block):
-    n = 4 * block
-    src = device.alloc(4 * n)
-    pyoffload.memcpy(src, np.arange(n, dtype=np.int32))
-    out = device.alloc(4 * n)
-    queue.launch(kernels.kernel("local_reverse"), n // block, block,
-                 [out, src, LocalMemory(4 * block), np.int32(n), np.int32(block)]).wait()
-    expect = np.arange(n, dtype=np.int32).reshape(-1, block)[:, ::-1].ravel()
-    assert np.array_equal(read(out, np.int32, n), expect)
-    src.free()
-    out.free()
-
-
 def test_local_memory_beyond_the_device_limit_is_refused(device, kernels, queue):
     limit = device.info["local_memory_bytes"]
     if limit is None:

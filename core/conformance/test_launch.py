@@ -49,8 +49,9 @@ def test_scalar_widths(device, kernels, queue):
     out.free()
 
 
-def test_local_memory(device, kernels, queue):
-    block, n = 16, 64
+@pytest.mark.parametrize("block", [1, 8, 16, 32])
+def test_local_memory(device, kernels, queue, block):
+    n = 4 * block
     src = upload(device, np.arange(n, dtype=np.int32))
     out = device.alloc(4 * n)
     queue.launch(kernels.kernel("local_reverse"), n // block, block,

@@ -4,14 +4,13 @@ but ``InvalidBinaryError``."""
 
 from __future__ import annotations
 
-import random
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from amdgpu_test_support import conformance_images
 from pyoffload import InvalidBinaryError
+from pyoffload.testing import image_mutant
 from pyoffload_amdgpu import codeobject
 
 
@@ -20,22 +19,11 @@ def image() -> bytes:
     return conformance_images()["kernels"]
 
 
-def mutant(data: bytes, seed: int) -> bytes:
-    rng = random.Random(seed)
-    if rng.random() < 0.3:
-        return data[: rng.randrange(0, len(data))]
-    b = bytearray(data)
-    for _ in range(rng.randrange(1, 8)):
-        pos = rng.randrange(min(len(b), 1024)) if rng.random() < 0.7 else rng.randrange(len(b))
-        b[pos] = rng.randrange(256)
-    return bytes(b)
-
-
 @settings(max_examples=300, deadline=None, derandomize=True)
 @given(seed=st.integers(0, 2**32))
 def test_mutated_code_objects_are_read_or_refused(image, seed):
     try:
-        codeobject.parse(mutant(image, seed), "gfx90a")
+        codeobject.parse(image_mutant(image, seed, head=1024), "gfx90a")
     except InvalidBinaryError:
         pass
 

@@ -4,26 +4,13 @@ sees an image: fuzzed with mutants and truncations of real nvcc output, they rai
 
 from __future__ import annotations
 
-import random
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pyoffload import InvalidBinaryError
+from pyoffload.testing import image_mutant
 from pyoffload_cuda import images
-
-
-def mutant(data: bytes, seed: int) -> bytes:
-    rng = random.Random(seed)
-    if rng.random() < 0.3:
-        return data[: rng.randrange(0, len(data))]
-    b = bytearray(data)
-    for _ in range(rng.randrange(1, 8)):
-        # mostly the headers and tables near the start, where the lengths and offsets live
-        pos = rng.randrange(min(len(b), 512)) if rng.random() < 0.7 else rng.randrange(len(b))
-        b[pos] = rng.randrange(256)
-    return bytes(b)
 
 
 def read(image: bytes) -> None:
@@ -35,7 +22,7 @@ def read(image: bytes) -> None:
 @settings(max_examples=300, deadline=None, derandomize=True)
 @given(seed=st.integers(0, 2**32))
 def test_mutated_images_are_read_or_refused(built, fmt, seed):
-    image = mutant(built[fmt]["kernels"], seed)
+    image = image_mutant(built[fmt]["kernels"], seed)
     try:
         read(image)
     except InvalidBinaryError:
