@@ -1,7 +1,10 @@
-"""The one compiled part of pyoffload: the buffer-protocol base type of allocations (see
-core/_buffer.c; Python 3.11 has no Python-level buffer protocol).  Everything else is in
-pyproject.toml."""
+"""The compiled parts of pyoffload: the buffer-protocol base type of allocations (core/_buffer.c;
+Python 3.11 has no Python-level buffer protocol) and the sorted address index of the address maps
+(core/_index.c).  Everything else is in pyproject.toml."""
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("pyoffload._buffer", sources=["core/_buffer.c"])])
+setup(ext_modules=[
+    Extension("pyoffload._buffer", sources=["core/_buffer.c"]),
+    Extension("pyoffload._index", sources=["core/_index.c"]),
+])

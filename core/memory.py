@@ -437,12 +437,12 @@ def free(target: Allocation | int, kind: AllocKind | None = None) -> None:
         if rt.state is not LIVE and rt.state is not CLOSING:  # teardown frees through here too
             raise dead_runtime_error(rt)
         _claim_acquire()  # not `with`: a third cheaper
-        live = alloc.live
-        if live:
+        was_live = alloc.live
+        if was_live:
             alloc.live = False
             alloc.exportable = False
         _claim_release()
-        if not live:
+        if not was_live:
             raise InvalidArgumentError(f"free: double free of {alloc!r}{rt.tracker.history(alloc.ptr)}")
     else:
         alloc = claim(target, "free", kind)

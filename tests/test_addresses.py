@@ -1,8 +1,8 @@
 """Unit tests of the address bookkeeping: ``RangeMap`` (the allocation registry's index) and the
 pinned-host-memory map with ``lock``/``unlock``/``find_pinned``/``is_pinned`` on the host device.
 
-``RangeMap`` is tested directly, with its documented index layout (sorted sub-lists of at most
-``2 * LOAD`` bases, each with its maximum) checked after every batch of updates, so that a lookup
+``RangeMap`` is tested directly, with its documented index layout (sorted blocks of at most
+``2 * LOAD`` bases, each with its maximum, read back from ``SortedIndex.blocks``/``maxes``) checked after every batch of updates, so that a lookup
 that happens to land on the right answer through a broken index still fails.  The pinning tests go
 through the public API; wrapper plugins make the host backend hand out device addresses unlike the
 host ones, report memory as pinned by the vendor, and count the unlock calls.
@@ -35,13 +35,13 @@ def check_index(m: RangeMap[Any]) -> None:
     """The index, once synced, holds exactly the live bases in the documented layout."""
     m.find(-1)  # an address below every base: forces the lazy index up to date
     assert not m._to_add and not m._to_remove
-    for sub, top in zip(m._lists, m._maxes, strict=True):
+    for sub, top in zip(m._index.blocks(), m._index.maxes(), strict=True):
         assert sub, "an empty sub-list was left in the index"
         assert len(sub) <= 2 * LOAD, f"a sub-list of {len(sub)} bases was not split"
         assert sub == sorted(sub) and top == sub[-1]
-    flat = [b for sub in m._lists for b in sub]
+    flat = [b for sub in m._index.blocks() for b in sub]
     assert flat == sorted(m._entries)
-    assert m._maxes == sorted(m._maxes)
+    assert m._index.maxes() == sorted(m._index.maxes())
 
 
 def brute_find(ranges: dict[int, int], addr: int) -> int | None:
@@ -134,12 +134,12 @@ def test_floor_is_the_largest_base_at_or_below():
     for i in range(n):
         m.insert(i * 10, i * 10 + 5, i)
     check_index(m)
-    assert [len(sub) for sub in m._lists] == [LOAD, LOAD, 2 * LOAD]
+    assert [len(sub) for sub in m._index.blocks()] == [LOAD, LOAD, 2 * LOAD]
     assert m._floor(-1) is None
     for x in [0, 1, 9, 10, 11, (LOAD - 1) * 10, (LOAD - 1) * 10 + 7, LOAD * 10 - 1, LOAD * 10, LOAD * 10 + 3,
               2 * LOAD * 10 - 1, 2 * LOAD * 10, (n - 1) * 10, (n - 1) * 10 + 9, TOP]:
         assert m._floor(x) == min(x // 10, n - 1) * 10, x
-    for sub in m._lists:  # around the first and the last base of each sub-list
+    for sub in m._index.blocks():  # around the first and the last base of each sub-list
         for b in (sub[0], sub[-1]):
             assert m._floor(b) == b and m._floor(b + 1) == b
             assert m._floor(b - 1) == (b - 10 if b else None)
@@ -155,6 +155,10 @@ def test_queries_look_only_near_the_address():
             CountingDict.reads += 1
             return super().__getitem__(key)
 
+        def get(self, key: int, default: Any = None) -> Any:
+            CountingDict.reads += 1
+            return super().get(key, default)
+
     m: RangeMap[int] = RangeMap()
     n = 3 * LOAD
     for i in range(n):
@@ -169,7 +173,7 @@ def test_queries_look_only_near_the_address():
     CountingDict.reads = 0
     assert m.find((n - 1) * 10 + 1) == ((n - 1) * 10, (n - 1) * 10 + 5, n - 1)
     assert m.find(LOAD * 10 + 7) is None
-    assert CountingDict.reads == 2
+    assert CountingDict.reads == 4, "each interior lookup reads the address itself, then the entry below"
 
 
 def test_finding_a_base_address_takes_no_lock():
@@ -192,10 +196,10 @@ def test_overlap_check_against_the_range_just_below():
     for b in bases:
         assert m.insert(b, b + 50, b) == []
     check_index(m)
-    assert len(m._lists) >= 2
-    for k in range(1, len(m._lists)):
-        first = m._lists[k][0]
-        below = m._lists[k - 1][-1]
+    assert len(m._index.blocks()) >= 2
+    for k in range(1, len(m._index.blocks())):
+        first = m._index.blocks()[k][0]
+        below = m._index.blocks()[k - 1][-1]
         # inside the last range of the previous sub-list: must be refused
         assert m.insert(below + 10, below + 60, -1) == [(below, below + 50, below)]
         # inside the first range of this sub-list
@@ -204,7 +208,9 @@ def test_overlap_check_against_the_range_just_below():
         assert m.insert(first - 50, first, -2) == []
         assert m.remove(first - 50) == -2
     # below the first range and past the last one
-    assert m.insert(-10, 1, -1) == [(0, 50, 0)]
+    with pytest.raises(ValueError, match="outside the 64-bit address space"):
+        m.insert(-10, 1, -1)
+    assert m.overlapping(-10, 1) == [(0, 50, 0)], "a query may start below address 0"
     last = bases[-1]
     assert m.insert(last + 49, last + 1000, -1) == [(last, last + 50, last)]
     assert m.insert(last + 50, last + 1000, 7) == []
@@ -216,11 +222,11 @@ def test_index_splits_above_2_load_ranges():
     for i in range(2 * LOAD):
         m.insert(i * 10, i * 10 + 5, i)
     check_index(m)
-    assert [len(s) for s in m._lists] == [2 * LOAD], "split before the sub-list was full"
+    assert [len(s) for s in m._index.blocks()] == [2 * LOAD], "split before the sub-list was full"
     m.insert(2 * LOAD * 10, 2 * LOAD * 10 + 5, 2 * LOAD)
     check_index(m)
-    assert [len(s) for s in m._lists] == [LOAD, LOAD + 1]
-    assert m._maxes == [(LOAD - 1) * 10, 2 * LOAD * 10]
+    assert [len(s) for s in m._index.blocks()] == [LOAD, LOAD + 1]
+    assert m._index.maxes() == [(LOAD - 1) * 10, 2 * LOAD * 10]
     # interior lookups on both sides of the split and right at it
     for i in (0, 1, LOAD - 2, LOAD - 1, LOAD, LOAD + 1, 2 * LOAD - 1, 2 * LOAD):
         assert m.find(i * 10 + 3) == (i * 10, i * 10 + 5, i)
@@ -241,11 +247,11 @@ def test_index_split_of_a_middle_sub_list():
     for i in range(1, 2 * n, 2):  # odd bases fill the gaps: each sub-list grows in the middle
         m.insert(i * 8, i * 8 + 4, i)
     check_index(m)
-    assert len(m) == 2 * n and len(m._lists) > 4
+    assert len(m) == 2 * n and len(m._index.blocks()) > 4
     for i in range(0, 2 * n, 37):
         assert m.find(i * 8 + 2) == (i * 8, i * 8 + 4, i)
         assert m.find(i * 8 + 4) is None
-    for sub in m._lists:  # the first base of every sub-list, where a one-off search goes astray
+    for sub in m._index.blocks():  # the first base of every sub-list, where a one-off search goes astray
         b = sub[0]
         assert m.find(b + 1) == (b, b + 4, b // 8)
         assert m.find(b - 1) is None
@@ -273,7 +279,7 @@ def test_resync_after_batches_of_removals():
         found = m.find(q)
         assert (found[0] if found else None) == brute_find(ref, q), q
     check_index(m)
-    assert all(m._lists)
+    assert all(m._index.blocks())
     for q in range(0, n * 16, 97):
         got = [b for b, _, _ in m.overlapping(q, q + 300)]
         assert got == brute_overlapping(ref, q, q + 300)
@@ -281,7 +287,7 @@ def test_resync_after_batches_of_removals():
     for b in list(ref):
         m.remove(b)
     check_index(m)
-    assert m._lists == [] and m._maxes == [] and m.find(16 + 1) is None
+    assert m._index.blocks() == [] and m._index.maxes() == [] and m.find(16 + 1) is None
     assert m.insert(5, 6, 1) == [] and m.find(5) == (5, 6, 1)
     check_index(m)
 
@@ -296,14 +302,14 @@ def test_removed_and_reinserted_before_a_sync():
     assert m.insert(10, 25, "c") == []
     assert m.find(24) == (10, 25, "c") and m.find(25) is None
     check_index(m)
-    assert m._lists == [[10, 30]]
+    assert m._index.blocks() == [[10, 30]]
     # inserted and removed again between two queries: never reaches the index
     m.insert(50, 60, "d")
     assert m.remove(50) == "d"
     assert not m._to_add
     assert m.find(55) is None
     check_index(m)
-    assert m._lists == [[10, 30]]
+    assert m._index.blocks() == [[10, 30]]
     # removed twice: the second is a KeyError and changes nothing
     m.remove(30)
     with pytest.raises(KeyError):
@@ -337,8 +343,13 @@ def test_huge_addresses_near_2_64():
     assert m.find(TOP - 8193) is None
     assert m.find(4095) == (0, 4096, "zero") and m.find(4096) is None
     assert m.insert(TOP - 1, TOP + 10, "x") == [(TOP - 4096, TOP, "top")]
-    assert m.insert(TOP, TOP + 10, "after") == []
+    with pytest.raises(ValueError, match="outside the 64-bit address space"):
+        m.insert(TOP, TOP + 10, "after")
+    with pytest.raises(ValueError, match="outside the 64-bit address space"):
+        m.insert(-1, 10, "before")
+    assert len(m) == 3, "a refused base leaves nothing behind"
     assert m.overlapping(TOP - 1, TOP) == [(TOP - 4096, TOP, "top")]
+    assert m.overlapping(TOP - 1, TOP + 100) == [(TOP - 4096, TOP, "top")]
     assert [v for _, _, v in m.overlapping(4000, TOP - 4100)] == ["zero", "below"]
 
 
@@ -358,11 +369,11 @@ def test_clear_and_reset_lock():
         m.insert(i * 2, i * 2 + 1, i)
     m.find(1)
     m.remove(0)
-    m.insert(-2, -1, -1)
+    m.insert(1 << 40, (1 << 40) + 1, -1)  # pending: not yet in the index
     lock = m._lock
     m.clear()
-    assert len(m) == 0 and not m and m.find(2) is None and m.find(-2) is None
-    assert m._lists == [] and m._maxes == [] and not m._to_add and not m._to_remove
+    assert len(m) == 0 and not m and m.find(2) is None and m.find(1 << 40) is None
+    assert m._index.blocks() == [] and m._index.maxes() == [] and not m._to_add and not m._to_remove
     lock.acquire()  # a lock left held (as after fork) must not block the map once replaced
     try:
         m.reset_lock()

@@ -1,0 +1,114 @@
+"""``pyoffload._index.SortedIndex``, the sorted address index under ``RangeMap``, against a model.
+
+Random operation sequences (seeded, bounded) over small and full-width 64-bit addresses compare
+every answer and the block layout with a sorted Python list; the edges are tested one by one:
+queries below 0 and at or above ``2**64``, addresses that do not fit, block splits and merges.
+"""
+
+from __future__ import annotations
+
+import bisect
+import random
+
+import pytest
+
+from pyoffload._index import LOAD, SortedIndex
+
+TOP = 2**64
+
+
+def check_layout(s: SortedIndex, model: list[int]) -> None:
+    blocks, maxes = s.blocks(), s.maxes()
+    assert [b for blk in blocks for b in blk] == model
+    assert len(s) == len(model)
+    assert all(blk and len(blk) <= 2 * LOAD for blk in blocks), [len(b) for b in blocks]
+    assert maxes == [blk[-1] for blk in blocks]
+
+
+def model_floor(model: list[int], x: int) -> int | None:
+    i = bisect.bisect_right(model, x)
+    return model[i - 1] if i and x >= 0 else None
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_operations_match_a_sorted_list(seed: int) -> None:
+    rng = random.Random(seed)
+    s, model = SortedIndex(), []
+    for step in range(6000):
+        x = rng.randrange(TOP) if rng.random() < 0.1 else rng.randrange(4 * LOAD * 8)
+        op = rng.random()
+        if op < 0.55:
+            assert s.add(x) is (x not in model)
+            if x not in model:
+                bisect.insort(model, x)
+        elif op < 0.85 and model:
+            y = rng.choice(model) if rng.random() < 0.7 else x
+            present = y in model
+            assert s.discard(y) is present
+            if present:
+                model.remove(y)
+        else:
+            q = rng.choice([x, x + 1, x - 1, -1, TOP, TOP - 1, 2**70])
+            assert s.floor(q) == model_floor(model, q), q
+            lo, hi = sorted((rng.randrange(-5, TOP), rng.randrange(-5, TOP)))
+            assert s.between(lo, hi) == [b for b in model if lo <= b < hi]
+        if step % 500 == 0:
+            check_layout(s, model)
+    check_layout(s, model)
+
+
+def test_update_removes_then_adds() -> None:
+    s = SortedIndex()
+    s.update([], range(0, 30, 3))
+    s.update([3, 6, 7], [6, 100])  # 7 is absent: ignored; 6 leaves and comes back
+    assert s.blocks() == [[0, 6, 9, 12, 15, 18, 21, 24, 27, 100]]
+
+
+def test_blocks_split_above_2_load_and_close_when_empty() -> None:
+    s = SortedIndex()
+    for i in range(2 * LOAD):
+        s.add(i)
+    assert [len(b) for b in s.blocks()] == [2 * LOAD]
+    s.add(2 * LOAD)
+    assert [len(b) for b in s.blocks()] == [LOAD, LOAD + 1]
+    assert s.maxes() == [LOAD - 1, 2 * LOAD]
+    for i in range(LOAD):
+        assert s.discard(i)
+    assert [len(b) for b in s.blocks()] == [LOAD + 1], "an emptied block is dropped"
+    assert s.floor(LOAD - 1) is None and s.floor(LOAD) == LOAD
+    s.clear()
+    assert len(s) == 0 and s.blocks() == [] and s.floor(TOP) is None
+
+
+def test_query_edges() -> None:
+    s = SortedIndex()
+    assert s.floor(0) is None and s.between(0, TOP) == []
+    for x in (0, 1, TOP - 1):
+        s.add(x)
+    assert s.floor(-1) is None and s.floor(-(2**80)) is None
+    assert s.floor(0) == 0 and s.floor(5) == 1
+    assert s.floor(TOP - 2) == 1 and s.floor(TOP - 1) == TOP - 1
+    assert s.floor(TOP) == TOP - 1 and s.floor(2**100) == TOP - 1
+    assert s.between(-10, TOP - 1) == [0, 1], "the upper bound is excluded"
+    assert s.between(-10, TOP) == [0, 1, TOP - 1] == s.between(0, 2**90)
+    assert s.between(TOP, 2**90) == [] and s.between(5, -1) == []
+
+
+@pytest.mark.parametrize("bad", [-1, TOP, 2**80])
+def test_addresses_outside_64_bits_are_refused(bad: int) -> None:
+    s = SortedIndex()
+    with pytest.raises(OverflowError):
+        s.add(bad)
+    with pytest.raises(OverflowError):
+        s.discard(bad)
+    assert len(s) == 0
+
+
+def test_non_integers_are_refused() -> None:
+    s = SortedIndex()
+    with pytest.raises(TypeError):
+        s.add("1")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        s.floor(1.5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        s.update([1], None)  # type: ignore[arg-type]
