@@ -168,6 +168,42 @@ class QueueCore:
             self._poll()
         return seq
 
+    def run_now(self, hook: str, args: tuple[Any, ...], hold: Any, uses: tuple[Any, ...]) -> int | None:
+        """The synchronous form of one operation, in one frame: ``enqueue(hook, args, hold,
+        mark=False)``, record it as a user of the allocations ``uses`` (``None`` entries skipped),
+        then ``wait_until`` it — one enqueue hook call and one ``queue_synchronize_impl``, no
+        driver event.  Returns ``None`` without enqueueing anything where the queue cannot take
+        this path (a backlog, profiling): the caller then does the three steps itself."""
+        with self._lock:
+            if not self.live:
+                raise self.dead()
+            if self.backlog is not None or self.profiling:
+                return None
+            seq = self.seq + 1
+            try:
+                getattr(self.disp.raw, hook)(*args)
+            except OffloadError:
+                raise
+            except Exception as exc:
+                raise self.disp.failure(hook, exc) from exc
+            self.submitted = self.seq = seq
+            if hold is not None:
+                self._holds.append((seq, hold))
+        for alloc in uses:
+            if alloc is not None:
+                if alloc.users is None:
+                    alloc.users = {self: seq}
+                else:
+                    alloc.users[self] = seq
+        try:
+            self.disp.raw.queue_synchronize_impl(self.dh, self.handle)
+        except OffloadError as exc:
+            self._work_failed(seq, exc)
+        except Exception as exc:
+            raise self.disp.failure("queue_synchronize_impl", exc) from exc
+        self._advance(seq)
+        return seq
+
     def mark_locked(self, owned: bool = False) -> Marker:
         """Record a marker after everything enqueued so far (lock held)."""
         if self.backlog is None:
