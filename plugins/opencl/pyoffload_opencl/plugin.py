@@ -180,16 +180,19 @@ def data_free_impl(context: OclContext, device: OclDevice | None, ptr: int, kind
 
 
 # The copy hooks are on the synchronous copy's hot path: each enqueues without a helper frame.
+# A writable host view is handed to pyopencl as it is (``cl.SVM`` takes any writable buffer);
+# a read-only one (pyopencl insists on a writable buffer) through a ctypes array at its address.
 
 
 @hookimpl
 def data_submit_impl(device: OclDevice, queue: OclQueue, dst: int, src: memoryview, size: int) -> None:
     import pyopencl as cl
 
-    array, host = ctypes.c_char * size, np.frombuffer(src, np.uint8, size).__array_interface__["data"][0]
+    array = ctypes.c_char * size
     try:
-        queue.last = cl._cl._enqueue_svm_memcpy(queue.cl_queue, 0, cl.SVM(array.from_address(dst)),
-                                                cl.SVM(array.from_address(host)), None, size)
+        host = cl.SVM(src) if not src.readonly else cl.SVM(
+            array.from_address(np.frombuffer(src, np.uint8, size).__array_interface__["data"][0]))
+        queue.last = cl._cl._enqueue_svm_memcpy(queue.cl_queue, 0, cl.SVM(array.from_address(dst)), host, None, size)
     except cl.Error as exc:
         raise translate(exc, f"copying {size} bytes to {dst:#x}") from exc
 
@@ -198,10 +201,9 @@ def data_submit_impl(device: OclDevice, queue: OclQueue, dst: int, src: memoryvi
 def data_retrieve_impl(device: OclDevice, queue: OclQueue, dst: memoryview, src: int, size: int) -> None:
     import pyopencl as cl
 
-    array, host = ctypes.c_char * size, np.frombuffer(dst, np.uint8, size).__array_interface__["data"][0]
     try:
-        queue.last = cl._cl._enqueue_svm_memcpy(queue.cl_queue, 0, cl.SVM(array.from_address(host)),
-                                                cl.SVM(array.from_address(src)), None, size)
+        queue.last = cl._cl._enqueue_svm_memcpy(queue.cl_queue, 0, cl.SVM(dst),
+                                                cl.SVM((ctypes.c_char * size).from_address(src)), None, size)
     except cl.Error as exc:
         raise translate(exc, f"copying {size} bytes from {src:#x}") from exc
 
@@ -213,9 +215,12 @@ def data_exchange_impl(src_device: OclDevice, src: int, dst_device: OclDevice, d
 
     if src < dst + size and dst < src + size:
         raise UnsupportedError("clEnqueueSVMMemcpy cannot copy overlapping ranges")
-    with driver_call(f"copying {size} bytes from {src:#x} to {dst:#x}"):
-        queue.last = cl._cl._enqueue_svm_memcpy(queue.cl_queue, 0, svm.svm_ref(dst, size), svm.svm_ref(src, size),
-                                                None, size)
+    array = ctypes.c_char * size
+    try:
+        queue.last = cl._cl._enqueue_svm_memcpy(queue.cl_queue, 0, cl.SVM(array.from_address(dst)),
+                                                cl.SVM(array.from_address(src)), None, size)
+    except cl.Error as exc:
+        raise translate(exc, f"copying {size} bytes from {src:#x} to {dst:#x}") from exc
 
 
 @hookimpl
@@ -394,10 +399,11 @@ def queue_synchronize_impl(device: OclDevice, queue: OclQueue) -> None:
     last = queue.last
     try:
         queue.cl_queue.finish()
+        # A negative status: that command (or one before it) failed; check_status words it.
+        if last is not None and last.get_info(cl.event_info.COMMAND_EXECUTION_STATUS) < 0:
+            check_status(last, "waiting for a queue")
     except cl.Error as exc:  # no context manager: every synchronous operation ends here
         raise translate(exc, "waiting for a queue") from exc
-    if last is not None:
-        check_status(last, "waiting for a queue")
 
 
 @hookimpl
