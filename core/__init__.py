@@ -17,7 +17,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .backend import HOOK_API, LocalMemory
 from .enums import AllocKind, DeviceType, MemAdvice, MemoryConnection, SymbolKind
 from .errors import (
     BackendError,
@@ -38,6 +37,7 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
+    from .backend import HOOK_API, LocalMemory
     from .api import Context, Device, MemoryPool, devices, host_device, platforms, plugins
     from .device import Platform
     from .hooks.discovery import PluginReport
@@ -55,6 +55,7 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 _LAZY = {
+    "HOOK_API": "backend", "LocalMemory": "backend",
     "Context": "api", "Device": "api", "MemoryPool": "api",
     "devices": "api", "host_device": "api", "platforms": "api", "plugins": "api",
     "Platform": "device",
@@ -72,6 +73,8 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
+    if name == "backend":  # a submodule an import of pyoffload has always made an attribute
+        return importlib.import_module(".backend", __name__)
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'pyoffload' has no attribute {name!r}")

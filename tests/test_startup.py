@@ -40,9 +40,20 @@ def test_import_alone_imports_no_numpy_no_plugin_and_no_layer_behind_devices():
     assert "numpy" not in mods
     assert "importlib.metadata" not in mods
     assert not mods & _plugin_modules()
+    assert "pluggy" not in mods and "dataclasses" not in mods
     heavy = {"pyoffload.api", "pyoffload.memory", "pyoffload.queue", "pyoffload.program", "pyoffload.transfer",
-             "pyoffload.build", "pyoffload.hooks.discovery", "pyoffload.runtime"}
+             "pyoffload.build", "pyoffload.hooks.discovery", "pyoffload.runtime", "pyoffload.backend"}
     assert not mods & heavy, sorted(mods & heavy)
+
+
+def test_names_of_the_backend_module_are_there_after_a_bare_import():
+    code = textwrap.dedent("""
+        import pyoffload
+        assert pyoffload.HOOK_API == (1, 0) and pyoffload.LocalMemory(8).size == 8
+        assert pyoffload.backend.INFO_KEYS and "HOOK_API" in dir(pyoffload) and "backend" in dir(pyoffload)
+        from pyoffload import LocalMemory, HOOK_API
+    """)
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_discovery_reads_entry_points_without_importlib_metadata():
