@@ -1,10 +1,12 @@
 """The compiled parts of pyoffload: the buffer-protocol base type of allocations (core/_buffer.c;
-Python 3.11 has no Python-level buffer protocol) and the sorted address index of the address maps
-(core/_index.c).  Everything else is in pyproject.toml."""
+Python 3.11 has no Python-level buffer protocol), the sorted address index of the address maps
+(core/_index.c) and the C fast path of the common allocation and free (core/_fastpath.c).
+Everything else is in pyproject.toml."""
 
 from setuptools import Extension, setup
 
 setup(ext_modules=[
     Extension("pyoffload._buffer", sources=["core/_buffer.c"]),
     Extension("pyoffload._index", sources=["core/_index.c"]),
+    Extension("pyoffload._fastpath", sources=["core/_fastpath.c"], depends=["core/_buffer.h"]),
 ])

@@ -11,14 +11,7 @@
 #include <structmember.h>
 #include <stdint.h>
 
-typedef struct {
-    PyObject_HEAD
-    unsigned long long ptr;   /* the address of the first byte */
-    Py_ssize_t nbytes;        /* bytes exported (the allocation's size) */
-    char exportable;          /* host-accessible memory: may be exported */
-    char readonly;            /* exports are read-only */
-    Py_ssize_t exports;       /* live exports */
-} BufferBase;
+#include "_buffer.h"
 
 static int
 BufferBase_getbuffer(BufferBase *self, Py_buffer *view, int flags)

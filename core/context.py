@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from .device import GenericDevice
 from .enums import AllocKind, MemoryConnection
 from .errors import Errc, InvalidArgumentError, InvalidHandleError, InvalidSizeError, got
+from ._fastpath import FastState, Lanes
 from .pool import CachingAllocator
 from .queue_core import QueueCore
 from .runtime import dead_runtime_error, warn_teardown
@@ -65,6 +66,7 @@ class GenericContext:
         self.owned_objects: dict[int, Owned] = {}  # programs, queues, allocations made in this context
         self.internal_queues: dict[int, QueueCore] = {}
         self.pools: dict[tuple[int, int], CachingAllocator] = {}
+        self.lanes = Lanes(AllocKind.HOST)  # the pools the C fast path serves, by (device, kind)
         self._connections: dict[tuple[Any, ...], MemoryConnection] = {}
         self.handle = self.disp.context_create_impl([d.handle for d in self.devices])
         self.live = True
@@ -131,6 +133,16 @@ class GenericContext:
                     pool = self._make_pool(device, kind)
                     self.pools[key] = pool
         return pool
+
+    def enable_fast_path(self, device: GenericDevice | None, kind: AllocKind, pool: CachingAllocator,
+                         state: FastState, exportable: bool, max_alloc: int) -> None:
+        """Let the C fast path serve ``pool``'s common requests (``self.lanes``) until the context
+        closes; ``exportable`` and ``max_alloc`` are settled for (``device``, ``kind``)."""
+        with self._lock:
+            if not self.live or pool.fast_path_state is not None:
+                return
+            pool.enable_fast_path(state, self, device, kind, self.plugin.name, exportable, max_alloc)
+            self.lanes.add(device, kind, pool)
 
     def _make_pool(self, device: GenericDevice | None, kind: AllocKind) -> CachingAllocator:
         disp, ch = self.disp, self.handle
@@ -211,6 +223,9 @@ class GenericContext:
             pools = list(self.pools.items())
             self.internal_queues.clear()
             self.pools.clear()
+            self.lanes.clear()
+            for _, pool in pools:
+                pool.disable_fast_path()
         for queue in internal:
             try:
                 queue.close(at_exit)

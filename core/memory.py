@@ -16,13 +16,14 @@ queue has passed the operations that use the memory.
 from __future__ import annotations
 
 import operator
-import threading
+import weakref
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from . import dlpack
 from ._buffer import BufferBase
+from ._fastpath import AllocationBase, FastState, Lock, free as _fast_free
 from .context import GenericContext
 from .device import GenericDevice
 from .enums import AllocKind
@@ -44,12 +45,13 @@ from .runtime import CLOSING, LIVE, Runtime, active, dead_runtime_error, warn_te
 from .tracking import origin
 
 _COLLISION_RETRIES = 8
-_claim = threading.Lock()  # makes "is it live? then it is mine to free" one step
+_claim = Lock()  # makes "is it live? then it is mine to free" one step (the C fast path sees it held)
 _claim_acquire, _claim_release = _claim.acquire, _claim.release
 _new = BufferBase.__new__
+_fast_states: weakref.WeakKeyDictionary[Runtime, FastState] = weakref.WeakKeyDictionary()
 
 
-class Allocation(BufferBase):
+class Allocation(AllocationBase):
     """A block of memory: from ``Context.alloc`` / ``Device.alloc`` / ``Queue.alloc_async``, or an
     external range (a program's global, memory imported with ``from_dlpack`` or ``from_native``).
 
@@ -61,8 +63,7 @@ class Allocation(BufferBase):
     DLPack consumer) still points into it is refused: a dangling view would be worse.
     """
 
-    __slots__ = ("size", "kind", "device", "context", "origin", "owned", "owner",
-                 "live", "pool_block", "source_pool", "users", "dl_exports", "__weakref__")
+    __slots__ = ("__weakref__",)  # the fields are C members (AllocationBase): the fast path fills them in
 
     size: int
     kind: AllocKind
@@ -228,6 +229,10 @@ def allocate(ctx: GenericContext, device: GenericDevice | None, size: Any, kind:
              queue: QueueCore | None = None) -> Allocation:
     """Allocate ``size`` bytes of ``kind`` in ``ctx`` (on ``device`` unless HOST), usable at once
     or, with ``queue``, by work enqueued on it from now on (stream order)."""
+    if queue is None:
+        alloc = ctx.lanes.alloc(device, size, kind)  # the common case, in C; None: not handled there
+        if alloc is not None:
+            return alloc  # type: ignore[no-any-return]
     if type(size) is not int or not 0 < size < MAX_SIZE:
         size = check_size(size)
     if kind.__class__ is not AllocKind:
@@ -251,6 +256,8 @@ def allocate(ctx: GenericContext, device: GenericDevice | None, size: Any, kind:
             raise OutOfResourcesError(
                 f"alloc of {size} bytes exceeds the largest allocation of {device.id} ({limits.max_alloc} bytes)")
     pool = ctx.pools.get((id(device), id(kind))) or ctx.pool(device, kind)
+    if pool.fast_path_state is None:
+        _enable_fast_path(ctx, device, kind, pool)
     block = pool.take(size, queue)
     rt = ctx.rt
     alloc = _new(Allocation)
@@ -270,6 +277,22 @@ def allocate(ctx: GenericContext, device: GenericDevice | None, size: Any, kind:
     if rt.tracker.on:
         rt.tracker.allocated(alloc)
     return alloc
+
+
+def _enable_fast_path(ctx: GenericContext, device: GenericDevice | None, kind: AllocKind,
+                      pool: CachingAllocator) -> None:
+    """Let the C fast path serve ``pool``'s common requests from now on (``ctx.lanes``), with the
+    checks :func:`allocate` has just made for (``device``, ``kind``) settled once."""
+    rt = ctx.rt
+    state = _fast_states.get(rt)
+    if state is None:
+        entries, to_add, to_remove, lock = rt.registry.parts()
+        state = FastState(rt, LIVE, AllocKind.HOST, entries, to_add, to_remove, lock, rt.live_per_space,
+                          rt.tracker, _claim, Allocation)
+        _fast_states[rt] = state
+    exportable = kind is not AllocKind.DEVICE or (device is not None and device.host_memory)
+    max_alloc = MAX_SIZE - 1 if device is None else (device.limits_cache or device.limits).max_alloc
+    ctx.enable_fast_path(device, kind, pool, state, exportable, max_alloc)
 
 
 def _place_aside(rt: Runtime, alloc: Allocation, pool: CachingAllocator, queue: QueueCore | None) -> None:
@@ -431,6 +454,8 @@ def free(target: Allocation | int, kind: AllocKind | None = None) -> None:
     that later work on the host function's own queue uses, the free is deferred until that work is
     done.  ``kind``, if given, must match the allocation's kind.
     """
+    if kind is None and _fast_free(target):  # the common case, in C; False: not handled there
+        return
     if type(target) is Allocation and kind is None and target.owned and not target.export_count and not target.dl_exports:
         alloc = target  # the common case, written out: it is counted in frames
         rt = alloc.context.rt

@@ -26,11 +26,11 @@ the backend, one segment each, released as soon as they are freed.
 from __future__ import annotations
 
 import dataclasses
-import threading
 from bisect import bisect_left, insort
 from collections.abc import Callable
 from typing import Any
 
+from ._fastpath import BlockBase, Lock, PoolBase
 from .errors import OutOfResourcesError
 
 ROUND = 512
@@ -52,10 +52,11 @@ class Segment:
         self.pooled = pooled
 
 
-class Block:
-    """A piece of a segment: in use by one allocation, or free on its size's list."""
+class Block(BlockBase):
+    """A piece of a segment: in use by one allocation, or free on its size's list.  The fields
+    are C members (``BlockBase``), read and written by the C fast path too."""
 
-    __slots__ = ("ptr", "size", "segment", "prev", "next", "free", "queue", "seq")
+    __slots__ = ()
 
     def __init__(self, ptr: int, size: int, segment: Segment) -> None:
         self.ptr = ptr
@@ -88,8 +89,11 @@ class PoolStats:
     backend_frees: int
 
 
-class CachingAllocator:
-    """Cached blocks of one (context, device, kind)."""
+class CachingAllocator(PoolBase):
+    """Cached blocks of one (context, device, kind).  The hot fields (free lists, sizes, lock,
+    request bound, in-use counters) are C members (``PoolBase``): the C fast path
+    (:mod:`pyoffload._fastpath`) serves the common request from them, under the rules of
+    :meth:`take` and :meth:`give` below, and leaves everything else to them."""
 
     def __init__(self, backend_alloc: Callable[[int], int], backend_free: Callable[[int], None],
                  max_request: int | None, on_exhausted: Callable[[], int] | None = None) -> None:
@@ -98,9 +102,9 @@ class CachingAllocator:
         self.max_request = max_request  # None: every size; 0: pool off
         self.limit: int | None = None  # most bytes reserved from the backend; None: no limit
         self.on_exhausted = on_exhausted
-        self._lock = threading.Lock()
-        self._lists: dict[int, list[Block]] = {}  # free blocks by size
-        self._sizes: list[int] = []  # sizes with a non-empty list, sorted (for best fit)
+        self._lock = Lock()
+        self._lists = {}  # free blocks by size
+        self._sizes = []  # sizes with a non-empty list, sorted (for best fit)
         self._segments: dict[int, Segment] = {}
         self.in_use = 0
         self.reserved = 0

@@ -21,10 +21,10 @@ hot path (``mem_info`` of an interior pointer, a launch argument), counted in fr
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
+from .._fastpath import Lock
 from .._index import LOAD, SortedIndex
 
 V = TypeVar("V")
@@ -44,7 +44,7 @@ class RangeMap(Generic[V]):
         self._index = SortedIndex()  # the bases, sorted (blocks of at most 2 * LOAD)
         self._to_add: set[int] = set()  # in _entries, not yet in the index
         self._to_remove: set[int] = set()  # in the index, no longer in _entries
-        self._lock = threading.Lock()
+        self._lock = Lock()  # as threading.Lock; the C fast path can see that it is held
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -170,4 +170,11 @@ class RangeMap(Generic[V]):
 
     def reset_lock(self) -> None:
         """A fresh lock, for a child process after ``fork`` (the parent's may be held)."""
-        self._lock = threading.Lock()
+        self._lock = Lock()
+
+    def parts(self) -> tuple[dict[int, tuple[int, Any]], set[int], set[int], Lock]:
+        """The entries dict, the pending additions and removals, and the lock: what the C fast
+        path of allocation and free updates (under the rules of :meth:`insert` and
+        :meth:`remove`, and only while the lock is free).  The objects stay the same for the
+        map's life; the lock is replaced only by :meth:`reset_lock`, in a forked child."""
+        return self._entries, self._to_add, self._to_remove, self._lock
