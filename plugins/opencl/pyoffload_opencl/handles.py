@@ -38,11 +38,13 @@ class OclDevice:
 @dataclass(eq=False)
 class OclContext:
     """A ``cl.Context`` over devices of one platform, and its live SVM allocations by address
-    (``data_free_impl`` gets only the address back)."""
+    (``data_free_impl`` gets only the address back).  ``svm_tags`` caches the ``cl.SVM`` tags
+    the copy hooks name device ranges with, by ``(address, size)`` (see svm.tag)."""
 
     cl_context: Any
     devices: tuple[OclDevice, ...]
     allocations: dict[int, Any] = field(default_factory=dict)
+    svm_tags: dict[tuple[int, int], Any] = field(default_factory=dict)
 
 
 @dataclass(eq=False)

@@ -179,20 +179,21 @@ def data_free_impl(context: OclContext, device: OclDevice | None, ptr: int, kind
     svm.release(context, ptr)
 
 
-# The copy hooks are on the synchronous copy's hot path: each enqueues without a helper frame.
-# A writable host view is handed to pyopencl as it is (``cl.SVM`` takes any writable buffer);
-# a read-only one (pyopencl insists on a writable buffer) through a ctypes array at its address.
+# The copy hooks are on the synchronous copy's hot path: each enqueues without a helper frame
+# (svm.tag runs on a cache miss only).  A device range is named by its context's cached tag; a
+# writable host view is handed to pyopencl as it is (``cl.SVM`` takes any writable buffer), a
+# read-only one (pyopencl insists on a writable buffer) through a tag at its address.
 
 
 @hookimpl
 def data_submit_impl(device: OclDevice, queue: OclQueue, dst: int, src: memoryview, size: int) -> None:
     import pyopencl as cl
 
-    array = ctypes.c_char * size
+    ref = queue.context.svm_tags.get((dst, size)) or svm.tag(queue.context.svm_tags, dst, size)
     try:
-        host = cl.SVM(src) if not src.readonly else cl.SVM(
-            array.from_address(np.frombuffer(src, np.uint8, size).__array_interface__["data"][0]))
-        queue.last = cl._cl._enqueue_svm_memcpy(queue.cl_queue, 0, cl.SVM(array.from_address(dst)), host, None, size)
+        host = cl.SVM(src) if not src.readonly else svm.svm_ref(
+            np.frombuffer(src, np.uint8, size).__array_interface__["data"][0], size)
+        queue.last = cl._cl._enqueue_svm_memcpy(queue.cl_queue, 0, ref, host, None, size)
     except cl.Error as exc:
         raise translate(exc, f"copying {size} bytes to {dst:#x}") from exc
 
@@ -201,9 +202,9 @@ def data_submit_impl(device: OclDevice, queue: OclQueue, dst: int, src: memoryvi
 def data_retrieve_impl(device: OclDevice, queue: OclQueue, dst: memoryview, src: int, size: int) -> None:
     import pyopencl as cl
 
+    ref = queue.context.svm_tags.get((src, size)) or svm.tag(queue.context.svm_tags, src, size)
     try:
-        queue.last = cl._cl._enqueue_svm_memcpy(queue.cl_queue, 0, cl.SVM(dst),
-                                                cl.SVM((ctypes.c_char * size).from_address(src)), None, size)
+        queue.last = cl._cl._enqueue_svm_memcpy(queue.cl_queue, 0, cl.SVM(dst), ref, None, size)
     except cl.Error as exc:
         raise translate(exc, f"copying {size} bytes from {src:#x}") from exc
 
@@ -215,10 +216,11 @@ def data_exchange_impl(src_device: OclDevice, src: int, dst_device: OclDevice, d
 
     if src < dst + size and dst < src + size:
         raise UnsupportedError("clEnqueueSVMMemcpy cannot copy overlapping ranges")
-    array = ctypes.c_char * size
+    tags = queue.context.svm_tags
+    to = tags.get((dst, size)) or svm.tag(tags, dst, size)
+    frm = tags.get((src, size)) or svm.tag(tags, src, size)
     try:
-        queue.last = cl._cl._enqueue_svm_memcpy(queue.cl_queue, 0, cl.SVM(array.from_address(dst)),
-                                                cl.SVM(array.from_address(src)), None, size)
+        queue.last = cl._cl._enqueue_svm_memcpy(queue.cl_queue, 0, to, frm, None, size)
     except cl.Error as exc:
         raise translate(exc, f"copying {size} bytes from {src:#x} to {dst:#x}") from exc
 

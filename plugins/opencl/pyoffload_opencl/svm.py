@@ -26,6 +26,19 @@ def svm_ref(ptr: int, size: int) -> Any:
     return cl.SVM((ctypes.c_char * size).from_address(ptr))
 
 
+TAGS_MAX = 4096  # tags cached per context; the cache starts afresh when it is full
+
+
+def tag(tags: dict[tuple[int, int], Any], ptr: int, size: int) -> Any:
+    """``svm_ref(ptr, size)``, kept in ``tags`` (a context's ``svm_tags``) for the next copy of
+    the same range: a tag only carries an address and a size, never the memory, so it stays
+    valid whatever is freed or allocated there later.  Called on a cache miss only."""
+    if len(tags) >= TAGS_MAX:
+        tags.clear()
+    ref = tags[ptr, size] = svm_ref(ptr, size)
+    return ref
+
+
 def memory_kinds(svm_caps: int) -> tuple[str, ...]:
     """The kinds a device can allocate: DEVICE memory is coarse-grain SVM (host access only
     through copies, as on a GPU); HOST and MANAGED are fine-grain buffer SVM, which the host

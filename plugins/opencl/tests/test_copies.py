@@ -80,3 +80,39 @@ def test_interior_pointers_and_partial_sizes(dev) -> None:
     assert (out == expect).all()
     a.free()
     b.free()
+
+
+def test_device_ranges_are_named_by_cached_tags_bounded_per_context(dev, monkeypatch) -> None:
+    from pyoffload_opencl import svm
+
+    a = dev.alloc(256)
+    host = np.arange(256, dtype=np.uint8)
+    tags = a.context.handle.svm_tags
+    tags.clear()
+    pyoffload.memcpy(a, host)
+    pyoffload.memcpy(a, host)
+    assert list(tags) == [(a.ptr, 256)]  # one tag, reused
+    monkeypatch.setattr(svm, "TAGS_MAX", 4)
+    for n in range(1, 10):
+        pyoffload.memcpy(a, host, n)
+        assert len(tags) <= 4
+    out = np.zeros(256, np.uint8)
+    pyoffload.memcpy(out, a)
+    assert (out == host).all()
+    a.free()
+
+
+def test_a_tag_outlives_its_memory_harmlessly(dev) -> None:
+    # A tag names an address and a size only: memory freed and allocated again at the same
+    # address (the pool reuses blocks) copies correctly through the cached tag.
+    a = dev.alloc(512)
+    ptr = a.ptr
+    pyoffload.memcpy(a, np.full(512, 1, np.uint8))
+    a.free()
+    b = dev.alloc(512)
+    assert b.ptr == ptr or (b.ptr, 512) not in b.context.handle.svm_tags
+    pyoffload.memcpy(b, np.full(512, 2, np.uint8))
+    out = np.zeros(512, np.uint8)
+    pyoffload.memcpy(out, b)
+    assert (out == 2).all()
+    b.free()
