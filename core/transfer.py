@@ -190,10 +190,15 @@ def memcpy(dst: Any, src: Any, size: Any = None, queue: QueueCore | None = None)
         if size:
             if d.alloc is not None and d.alloc.users or s.alloc is not None and s.alloc.users:
                 _wait_for_users(d, s)
-            if d.host_ok and s.host_ok:
-                _memmove(d.addr, s.addr, size)  # _copy_now's first case, without its frame
+            if d.host_ok and s.host_ok:  # _copy_now, inline: the synchronous copy's path
+                _memmove(d.addr, s.addr, size)
             else:
-                _copy_now(d, s, size)
+                owner = d if not d.host_ok else s
+                ctx = owner.ctx
+                assert ctx is not None
+                q = ctx.internal_queues.get(id(owner.device)) or ctx.internal_queue(owner.device)
+                if _copy_on(q, d, s, size, now=True) is None:
+                    _staged(d, s, size)
         return None
     native = _check_queue(queue, d, s, "memcpy")
     if not size:
