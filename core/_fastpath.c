@@ -32,7 +32,7 @@
 
 #define ROUND 512ULL
 
-static PyObject *str_live, *str_state, *str_on, *str_epoch, *str_owned_objects, *str_pooled;
+static PyObject *str_state, *str_epoch;
 static PyObject *one;  /* the int 1 */
 
 /* ------------------------------------------------------------------------------------------ */
@@ -264,6 +264,7 @@ typedef struct {
     unsigned long long ptr, size;
     PyObject *segment, *prev, *next, *queue;
     char free;
+    char pooled;  /* part of a pooled segment (else a backend allocation of its own) */
     long long seq;
 } BlockBase;
 
@@ -303,6 +304,7 @@ static PyMemberDef BlockBase_members[] = {
     {"next", T_OBJECT, offsetof(BlockBase, next), 0, "the block above it in its segment"},
     {"queue", T_OBJECT, offsetof(BlockBase, queue), 0, "the queue of a stream-ordered free, or None"},
     {"free", T_BOOL, offsetof(BlockBase, free), 0, "on its size's free list"},
+    {"pooled", T_BOOL, offsetof(BlockBase, pooled), 0, "part of a pooled segment (its segment's pooled)"},
     {"seq", T_LONGLONG, offsetof(BlockBase, seq), 0, "the sequence number of a stream-ordered free"},
     {NULL}
 };
@@ -327,11 +329,11 @@ static PyTypeObject BlockBaseType = {
 typedef struct {
     PyObject_HEAD
     PyObject *rt, *live_state, *host_kind, *entries, *to_add, *to_remove, *reg_lock,
-             *live_per_space, *tracker, *claim_lock, *alloc_type;
+             *live_per_space, *claim_lock, *alloc_type;
 } FastState;
 
 #define FASTSTATE_FIELDS(X) X(rt) X(live_state) X(host_kind) X(entries) X(to_add) X(to_remove) \
-    X(reg_lock) X(live_per_space) X(tracker) X(claim_lock) X(alloc_type)
+    X(reg_lock) X(live_per_space) X(claim_lock) X(alloc_type)
 
 static int
 FastState_traverse(FastState *self, visitproc visit, void *arg)
@@ -363,21 +365,21 @@ static int
 FastState_init(FastState *self, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"rt", "live_state", "host_kind", "entries", "to_add", "to_remove", "registry_lock",
-                             "live_per_space", "tracker", "claim_lock", "allocation_type", NULL};
-    PyObject *v[11];
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOO!O!O!O!O!OO!O!:FastState", kwlist,
+                             "live_per_space", "claim_lock", "allocation_type", NULL};
+    PyObject *v[10];
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOO!O!O!O!O!O!O!:FastState", kwlist,
                                      &v[0], &v[1], &v[2], &PyDict_Type, &v[3], &PySet_Type, &v[4],
-                                     &PySet_Type, &v[5], &LockType, &v[6], &PyDict_Type, &v[7], &v[8],
-                                     &LockType, &v[9], &PyType_Type, &v[10]))
+                                     &PySet_Type, &v[5], &LockType, &v[6], &PyDict_Type, &v[7],
+                                     &LockType, &v[8], &PyType_Type, &v[9]))
         return -1;
-    if (!PyType_IsSubtype((PyTypeObject *)v[10], &AllocationBaseType)) {
+    if (!PyType_IsSubtype((PyTypeObject *)v[9], &AllocationBaseType)) {
         PyErr_SetString(PyExc_TypeError, "FastState: allocation_type must extend AllocationBase");
         return -1;
     }
     PyObject **fields[] = {&self->rt, &self->live_state, &self->host_kind, &self->entries, &self->to_add,
-                           &self->to_remove, &self->reg_lock, &self->live_per_space, &self->tracker,
-                           &self->claim_lock, &self->alloc_type};
-    for (int i = 0; i < 11; i++)
+                           &self->to_remove, &self->reg_lock, &self->live_per_space, &self->claim_lock,
+                           &self->alloc_type};
+    for (int i = 0; i < 10; i++)
         Py_XSETREF(*fields[i], Py_NewRef(v[i]));
     return 0;
 }
@@ -386,8 +388,8 @@ static PyTypeObject FastStateType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "pyoffload._fastpath.FastState",
     .tp_doc = PyDoc_STR("FastState(rt, live_state, host_kind, entries, to_add, to_remove, registry_lock, "
-                        "live_per_space, tracker, claim_lock, allocation_type): one runtime's "
-                        "structures, as the fast path sees them."),
+                        "live_per_space, claim_lock, allocation_type): one runtime's structures, as the "
+                        "fast path sees them (never made while the allocation tracker is on)."),
     .tp_basicsize = sizeof(FastState),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_new = PyType_GenericNew,
@@ -409,7 +411,7 @@ typedef struct {
     PyObject *max_request;  /* None: every size; 0: pool off; else the largest pooled request */
     long long in_use, peak_in_use, allocations, hits;
     /* the lane, set by enable_fast_path; state NULL: the fast path is off for this pool */
-    PyObject *state, *ctx, *device, *kind, *space;
+    PyObject *state, *ctx, *device, *kind, *space, *owned;
     char exportable;
     unsigned long long max_alloc;
 } PoolBase;
@@ -426,6 +428,7 @@ PoolBase_traverse(PoolBase *self, visitproc visit, void *arg)
     Py_VISIT(self->device);
     Py_VISIT(self->kind);
     Py_VISIT(self->space);
+    Py_VISIT(self->owned);
     return 0;
 }
 
@@ -441,6 +444,7 @@ PoolBase_clear(PoolBase *self)
     Py_CLEAR(self->device);
     Py_CLEAR(self->kind);
     Py_CLEAR(self->space);
+    Py_CLEAR(self->owned);
     return 0;
 }
 
@@ -455,12 +459,13 @@ PoolBase_dealloc(PoolBase *self)
 static PyObject *
 PoolBase_enable_fast_path(PoolBase *self, PyObject *args)
 {
-    PyObject *state, *ctx, *device, *kind, *space;
+    PyObject *state, *ctx, *device, *kind, *space, *owned;
     int exportable;
     unsigned long long max_alloc;
-    if (!PyArg_ParseTuple(args, "O!OOOUpK:enable_fast_path", &FastStateType, &state, &ctx, &device, &kind,
-                          &space, &exportable, &max_alloc))
+    if (!PyArg_ParseTuple(args, "O!OOOUO!pK:enable_fast_path", &FastStateType, &state, &ctx, &device, &kind,
+                          &space, &PyDict_Type, &owned, &exportable, &max_alloc))
         return NULL;
+    Py_XSETREF(self->owned, Py_NewRef(owned));
     Py_XSETREF(self->state, Py_NewRef(state));
     Py_XSETREF(self->ctx, Py_NewRef(ctx));
     Py_XSETREF(self->device, Py_NewRef(device));
@@ -476,6 +481,7 @@ PoolBase_disable_fast_path(PoolBase *self, PyObject *Py_UNUSED(ignored))
 {
     Py_CLEAR(self->state);
     Py_CLEAR(self->ctx);
+    Py_CLEAR(self->owned);
     Py_RETURN_NONE;
 }
 
@@ -494,8 +500,8 @@ static PyMemberDef PoolBase_members[] = {
 
 static PyMethodDef PoolBase_methods[] = {
     {"enable_fast_path", (PyCFunction)PoolBase_enable_fast_path, METH_VARARGS,
-     "enable_fast_path(state, ctx, device, kind, space, exportable, max_alloc): serve this pool's "
-     "common allocations and frees in C."},
+     "enable_fast_path(state, ctx, device, kind, space, owned_objects, exportable, max_alloc): serve this "
+     "pool's common allocations and frees in C until disable_fast_path (the context closes)."},
     {"disable_fast_path", (PyCFunction)PoolBase_disable_fast_path, METH_NOARGS, "Back to the Python path only."},
     {NULL}
 };
@@ -518,23 +524,18 @@ static PyTypeObject PoolBaseType = {
 /* Shared checks                                                                               */
 /* ------------------------------------------------------------------------------------------ */
 
-/* 1 when the runtime is live, the context open and the tracker off (plain attributes: reading
- * them runs no Python code); 0 otherwise or on any error (cleared: the Python path decides). */
+/* 1 when the runtime is live (a plain attribute: reading it runs no Python code).  The context
+ * needs no check: closing it turns the fast path of its pools off first. */
 static int
-lane_open(FastState *st, PyObject *ctx)
+runtime_live(FastState *st)
 {
-    int ok = 0;
     PyObject *state = PyObject_GetAttr(st->rt, str_state);
-    PyObject *live = state ? PyObject_GetAttr(ctx, str_live) : NULL;
-    PyObject *on = live ? PyObject_GetAttr(st->tracker, str_on) : NULL;
-    if (on != NULL)
-        ok = state == st->live_state && live == Py_True && on == Py_False;
-    Py_XDECREF(state);
-    Py_XDECREF(live);
-    Py_XDECREF(on);
-    if (PyErr_Occurred())
+    if (state == NULL) {
         PyErr_Clear();
-    return ok;
+        return 0;
+    }
+    Py_DECREF(state);  /* compared by identity only */
+    return state == st->live_state;
 }
 
 /* 1 when no other backend's address space has live memory (the registry then needs no overlap
@@ -634,13 +635,11 @@ pool_alloc(PoolBase *pool, PyObject *size_obj)
         goto decline;
 
     /* Checks: no Python code runs from here to the end. */
-    if (!lane_open(st, pool->ctx) || !single_space(st, pool->space))
+    if (!runtime_live(st) || !single_space(st, pool->space))
         goto decline;
     if (LOCK_HELD(pool->lock) || LOCK_HELD(st->reg_lock))
         goto decline;
-    owned = PyObject_GetAttr(pool->ctx, str_owned_objects);
-    if (owned == NULL || !PyDict_CheckExact(owned))
-        goto decline;
+    owned = Py_NewRef(pool->owned);
     PyObject *list = PyDict_GetItemWithError(pool->lists, need_key);  /* borrowed */
     if (list == NULL || !PyList_CheckExact(list) || PyList_GET_SIZE(list) == 0)
         goto decline;
@@ -881,7 +880,7 @@ fast_free(PyObject *module, PyObject *target)
     Py_INCREF(block);
     PyObject *size_key = PyLong_FromUnsignedLongLong(block->size);
     PyObject *new_list = NULL, *ptr_key = NULL, *id_key = NULL, *owned = NULL, *epoch = NULL,
-             *next_epoch = NULL, *pooled = NULL;
+             *next_epoch = NULL;
     if (size_key == NULL)
         goto decline;
     PyObject *list = PyDict_GetItemWithError(pool->lists, size_key);
@@ -899,16 +898,15 @@ fast_free(PyObject *module, PyObject *target)
         goto decline;
     if (a->users != NULL && a->users != Py_None && !(PyDict_CheckExact(a->users) && PyDict_GET_SIZE(a->users) == 0))
         goto decline;  /* queued work uses it: the Python path waits for it */
-    if (!lane_open(st, pool->ctx))
+    if (!runtime_live(st))
         goto decline;
     if (LOCK_HELD(st->claim_lock) || LOCK_HELD(pool->lock) || LOCK_HELD(st->reg_lock))
         goto decline;
-    pooled = block->segment ? PyObject_GetAttr(block->segment, str_pooled) : NULL;
-    if (pooled != Py_True)
+    if (!block->pooled)
         goto decline;  /* a segment of its own: the Python path hands it back to the backend */
-    owned = PyObject_GetAttr(pool->ctx, str_owned_objects);
-    epoch = owned ? PyObject_GetAttr(st->rt, str_epoch) : NULL;
-    if (epoch == NULL || !PyDict_CheckExact(owned) || !PyLong_CheckExact(epoch))
+    owned = Py_NewRef(pool->owned);
+    epoch = PyObject_GetAttr(st->rt, str_epoch);
+    if (epoch == NULL || !PyLong_CheckExact(epoch))
         goto decline;
     next_epoch = PyNumber_Add(epoch, one);
     if (next_epoch == NULL)
@@ -961,7 +959,6 @@ fast_free(PyObject *module, PyObject *target)
     Py_DECREF(owned);
     Py_DECREF(epoch);
     Py_DECREF(next_epoch);
-    Py_DECREF(pooled);
     Py_RETURN_TRUE;
 
 fail:
@@ -975,7 +972,6 @@ fail:
     Py_XDECREF(owned);
     Py_XDECREF(epoch);
     Py_XDECREF(next_epoch);
-    Py_XDECREF(pooled);
     return NULL;
 
 decline:
@@ -991,7 +987,6 @@ decline:
     Py_XDECREF(owned);
     Py_XDECREF(epoch);
     Py_XDECREF(next_epoch);
-    Py_XDECREF(pooled);
     Py_RETURN_FALSE;
 }
 
@@ -1034,10 +1029,8 @@ PyInit__fastpath(void)
     for (int i = 0; i < 6; i++)
         if (PyType_Ready(types[i]) < 0)
             return NULL;
-    if (!(str_live = PyUnicode_InternFromString("live")) || !(str_state = PyUnicode_InternFromString("state")) ||
-        !(str_on = PyUnicode_InternFromString("on")) || !(str_epoch = PyUnicode_InternFromString("epoch")) ||
-        !(str_owned_objects = PyUnicode_InternFromString("owned_objects")) ||
-        !(str_pooled = PyUnicode_InternFromString("pooled")) || !(one = PyLong_FromLong(1)))
+    if (!(str_state = PyUnicode_InternFromString("state")) || !(str_epoch = PyUnicode_InternFromString("epoch")) ||
+        !(one = PyLong_FromLong(1)))
         return NULL;
     PyObject *m = PyModule_Create(&fastpath_module);
     if (m == NULL)

@@ -33,12 +33,13 @@ class BlockBase:
     next: Any
     queue: Any
     free: bool
+    pooled: bool
     seq: int
 
 class FastState:
     def __init__(self, rt: Any, live_state: Any, host_kind: Any, entries: dict[int, Any], to_add: set[int],
-                 to_remove: set[int], registry_lock: Lock, live_per_space: dict[str, int], tracker: Any,
-                 claim_lock: Lock, allocation_type: type[AllocationBase]) -> None: ...
+                 to_remove: set[int], registry_lock: Lock, live_per_space: dict[str, int], claim_lock: Lock,
+                 allocation_type: type[AllocationBase]) -> None: ...
 
 class PoolBase:
     _lists: dict[int, list[Any]]
@@ -51,8 +52,8 @@ class PoolBase:
     hits: int
     @property
     def fast_path_state(self) -> FastState | None: ...
-    def enable_fast_path(self, state: FastState, ctx: Any, device: Any, kind: Any, space: str, exportable: bool,
-                         max_alloc: int, /) -> None: ...
+    def enable_fast_path(self, state: FastState, ctx: Any, device: Any, kind: Any, space: str,
+                         owned_objects: dict[int, Any], exportable: bool, max_alloc: int, /) -> None: ...
     def disable_fast_path(self) -> None: ...
 
 class Lanes:

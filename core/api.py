@@ -163,7 +163,8 @@ class Device(GenericDevice):
         ctx = self.platform.default_context_slot
         if ctx is None or not ctx.live:
             ctx = self.default_context
-        return allocate(ctx, self, size, kind)
+        alloc = ctx.lanes.alloc(self, size, kind)  # the common case, in C (see allocate)
+        return alloc if alloc is not None else allocate(ctx, self, size, kind)
 
     def memory_pool(self, kind: AllocKind = AllocKind.DEVICE) -> MemoryPool:
         """The caching allocator behind ``alloc`` for ``kind`` memory (statistics, trim, limits)."""

@@ -141,7 +141,7 @@ class GenericContext:
         with self._lock:
             if not self.live or pool.fast_path_state is not None:
                 return
-            pool.enable_fast_path(state, self, device, kind, self.plugin.name, exportable, max_alloc)
+            pool.enable_fast_path(state, self, device, kind, self.plugin.name, self.owned_objects, exportable, max_alloc)
             self.lanes.add(device, kind, pool)
 
     def _make_pool(self, device: GenericDevice | None, kind: AllocKind) -> CachingAllocator:
@@ -242,7 +242,11 @@ class GenericContext:
         self.disp.context_destroy_impl(self.handle)
 
     def abandon(self) -> None:
+        """In a forked child (one thread; the parent's locks may be held: none is taken here)."""
         self.live = False
+        self.lanes.clear()  # the fast path checks the runtime, not the context: turn it off here
+        for pool in self.pools.values():
+            pool.disable_fast_path()
         for queue in self.internal_queues.values():
             queue.abandon()
 

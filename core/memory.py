@@ -229,8 +229,8 @@ def allocate(ctx: GenericContext, device: GenericDevice | None, size: Any, kind:
              queue: QueueCore | None = None) -> Allocation:
     """Allocate ``size`` bytes of ``kind`` in ``ctx`` (on ``device`` unless HOST), usable at once
     or, with ``queue``, by work enqueued on it from now on (stream order)."""
-    if queue is None:
-        alloc = ctx.lanes.alloc(device, size, kind)  # the common case, in C; None: not handled there
+    if queue is None:  # the common case, in C (pyoffload._fastpath); None: not handled there
+        alloc = ctx.lanes.alloc(device if device is not None else ctx.devices[0], size, kind)
         if alloc is not None:
             return alloc  # type: ignore[no-any-return]
     if type(size) is not int or not 0 < size < MAX_SIZE:
@@ -284,11 +284,13 @@ def _enable_fast_path(ctx: GenericContext, device: GenericDevice | None, kind: A
     """Let the C fast path serve ``pool``'s common requests from now on (``ctx.lanes``), with the
     checks :func:`allocate` has just made for (``device``, ``kind``) settled once."""
     rt = ctx.rt
+    if rt.tracker.on:  # the tracker records every allocation and free: the Python path does
+        return
     state = _fast_states.get(rt)
     if state is None:
         entries, to_add, to_remove, lock = rt.registry.parts()
-        state = FastState(rt, LIVE, AllocKind.HOST, entries, to_add, to_remove, lock, rt.live_per_space,
-                          rt.tracker, _claim, Allocation)
+        state = FastState(rt, LIVE, AllocKind.HOST, entries, to_add, to_remove, lock, rt.live_per_space, _claim,
+                          Allocation)
         _fast_states[rt] = state
     exportable = kind is not AllocKind.DEVICE or (device is not None and device.host_memory)
     max_alloc = MAX_SIZE - 1 if device is None else (device.limits_cache or device.limits).max_alloc

@@ -62,10 +62,11 @@ class Block(BlockBase):
         self.ptr = ptr
         self.size = size
         self.segment = segment
-        self.prev: Block | None = None
-        self.next: Block | None = None
+        self.pooled = segment.pooled  # read by the C fast path, which frees pooled blocks only
+        self.prev = None
+        self.next = None
         self.free = False
-        self.queue: Any = None  # the queue a stream-ordered free was made on, or None
+        self.queue = None  # the queue a stream-ordered free was made on, or None
         self.seq = 0
 
     def usable_by(self, queue: Any) -> bool:
