@@ -1,0 +1,237 @@
+"""The C fast path of allocation and free (``pyoffload._fastpath``) against the Python path.
+
+The Python path is the reference: the same operations through a context whose pools never get the
+fast path must leave the same pool statistics, the same registry and the same owned objects.  The
+fast path must take the common case (counted in Python frames), decline every case it does not
+handle (a lock held by a Python path half-way through, another backend's live memory, queued
+users, exports, a closed context), and stay consistent under threads.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+import pyoffload
+from pyoffload import AllocKind, InvalidArgumentError, NotFoundError, memory, runtime
+from pyoffload._fastpath import Lock
+
+KiB = 1 << 10
+MiB = 1 << 20
+
+
+def frames(fn: Callable[[], Any]) -> list[str]:
+    """The Python functions ``fn`` enters (its own frame left out)."""
+    calls: list[str] = []
+
+    def prof(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            calls.append(frame.f_code.co_qualname)
+
+    sys.setprofile(prof)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return [c for c in calls if not c.endswith("<lambda>")]
+
+
+@pytest.fixture
+def ctx(host: Any) -> Iterator[Any]:
+    c = pyoffload.Context(host)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def python_only_ctx(host: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A context whose pools are served by the Python path alone."""
+    c = pyoffload.Context(host)
+    real = memory._enable_fast_path
+    monkeypatch.setattr(memory, "_enable_fast_path", lambda ctx, *args: None if ctx is c else real(ctx, *args))
+    yield c
+    c.close()
+
+
+def test_the_common_case_is_one_c_call_each(host: Any) -> None:
+    pyoffload.free(host.alloc(64))  # the first request of (device, kind) sets the pool up
+    assert frames(lambda: pyoffload.free(host.alloc(64))) == ["Device.alloc", "free"]
+    a = host.alloc(100)
+    assert a.size == 100 and a.kind is AllocKind.DEVICE and a.device is host and a.live and a.owned
+    info = pyoffload.mem_info(a.ptr + 99)
+    assert (info.base, info.size, info.offset, info.allocation) == (a.ptr, 100, 99, a)
+    pyoffload.free(a)
+    assert not a.live
+    with pytest.raises(NotFoundError):
+        pyoffload.mem_info(a.ptr + 1)
+    with pytest.raises(InvalidArgumentError, match="double free"):
+        pyoffload.free(a)
+
+
+def _run(ctx: Any, dev: Any, seed: int, steps: int) -> list[Any]:
+    """A seeded mix of sizes (pooled, split, grown, above the bound), kinds and frees."""
+    rng = random.Random(seed)
+    live: list[Any] = []
+    for _ in range(steps):
+        if live and rng.random() < 0.45:
+            pyoffload.free(live.pop(rng.randrange(len(live))))
+        else:
+            size = rng.choice([1, 64, 511, 512, 513, 4 * KiB, 100 * KiB, 1 * MiB, 3 * MiB])
+            kind = rng.choice([AllocKind.DEVICE, AllocKind.DEVICE, AllocKind.HOST])
+            live.append(ctx.alloc(size, kind, dev if kind is AllocKind.DEVICE else None))
+    return live
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_fast_path_leaves_what_the_python_path_leaves(host: Any, ctx: Any, python_only_ctx: Any, seed: int) -> None:
+    fast, slow = _run(ctx, host, seed, 1500), _run(python_only_ctx, host, seed, 1500)
+    for kind, dev in ((AllocKind.DEVICE, host), (AllocKind.HOST, None)):
+        assert ctx.memory_pool(dev, kind).stats() == python_only_ctx.memory_pool(dev, kind).stats()
+    assert ctx.pools and all(p.fast_path_state is not None for p in ctx.pools.values())
+    assert all(p.fast_path_state is None for p in python_only_ctx.pools.values())
+    rt = runtime.active()
+    for c, live in ((ctx, fast), (python_only_ctx, slow)):
+        allocs = {id(o) for o in c.owned_objects.values() if isinstance(o, pyoffload.Allocation)}
+        assert allocs == {id(a) for a in live}
+        for a in live:
+            assert rt.registry.find(a.ptr + a.size - 1)[2] is a
+    assert [(a.size, a.kind) for a in fast] == [(a.size, a.kind) for a in slow]
+    for a in fast + slow:
+        pyoffload.free(a)
+    assert ctx.memory_pool(host).stats().in_use_bytes == 0
+
+
+@pytest.mark.parametrize("which", ["pool", "registry"])
+def test_alloc_waits_for_a_python_path_holding_a_lock(host: Any, which: str) -> None:
+    pyoffload.free(host.alloc(64))
+    pool = host.default_context.pools[(id(host), id(AllocKind.DEVICE))]
+    lock = pool._lock if which == "pool" else runtime.active().registry.parts()[3]
+    assert isinstance(lock, Lock)
+    got: list[Any] = []
+    with lock:  # as if a Python path were half-way through an update
+        t = threading.Thread(target=lambda: got.append(host.alloc(64)), daemon=True)
+        t.start()
+        t.join(0.3)
+        assert t.is_alive() and not got, f"the allocation went past the held {which} lock"
+    t.join(10)
+    assert len(got) == 1 and got[0].live
+    pyoffload.free(got[0])
+
+
+def test_free_waits_for_a_claim_in_progress(host: Any) -> None:
+    a = host.alloc(64)
+    done: list[bool] = []
+    with memory._claim:  # another free is deciding whether this allocation is still live
+        t = threading.Thread(target=lambda: done.append(pyoffload.free(a) is None), daemon=True)
+        t.start()
+        t.join(0.3)
+        assert t.is_alive() and a.live, "the free went past the held claim lock"
+    t.join(10)
+    assert done == [True] and not a.live
+
+
+def test_declines_what_it_does_not_handle(host: Any) -> None:
+    pyoffload.free(host.alloc(64))
+    # exported memory: refused, as by the Python path
+    a = host.alloc(64)
+    view = memoryview(a)
+    with pytest.raises(InvalidArgumentError, match="still exported"):
+        pyoffload.free(a)
+    view.release()
+    pyoffload.free(a)
+    # free by pointer and free by kind: the Python path
+    b = host.alloc(64)
+    assert "claim" in frames(lambda: pyoffload.free(b.ptr))
+    c = host.alloc(64)
+    with pytest.raises(InvalidArgumentError, match="not HOST"):
+        pyoffload.free(c, AllocKind.HOST)
+    pyoffload.free(c, AllocKind.DEVICE)
+    # above the pool's request bound: a backend allocation of its own, freed back to the backend
+    pool = host.memory_pool()
+    saved, pool.max_request = pool.max_request, 4 * KiB
+    try:
+        backend_frees = pool.stats().backend_frees
+        big = host.alloc(64 * KiB)
+        assert "allocate" in frames(lambda: pyoffload.free(host.alloc(64 * KiB)))
+        pyoffload.free(big)
+        assert pool.stats().backend_frees == backend_frees + 2
+    finally:
+        pool.max_request = saved
+
+
+def test_queued_users_are_waited_for(host: Any) -> None:
+    a = host.alloc(4 * KiB, AllocKind.HOST)
+    q = host.create_queue()
+    src = np.arange(4 * KiB, dtype=np.uint8)
+    q.memcpy(a, src, 4 * KiB)
+    assert a.users, "the queued copy records itself as a user"
+    pyoffload.free(a)  # declined by the fast path: the Python path waits for the copy first
+    assert not a.live
+    q.close()
+
+
+def test_another_backend_with_live_memory_gets_the_overlap_check(host: Any) -> None:
+    others = [d for d in pyoffload.devices() if d.platform.backend != host.platform.backend]
+    if not others:
+        pytest.skip("only the host backend is installed")
+    pyoffload.free(host.alloc(64))
+    assert "allocate" not in frames(lambda: pyoffload.free(host.alloc(64)))
+    foreign = others[0].alloc(64)
+    try:
+        assert "allocate" in frames(lambda: pyoffload.free(host.alloc(64))), \
+            "with two address spaces live, allocations must take the path that checks overlaps"
+    finally:
+        pyoffload.free(foreign)
+    assert "allocate" not in frames(lambda: pyoffload.free(host.alloc(64)))
+
+
+def test_a_closed_context_is_not_served(host: Any) -> None:
+    c = pyoffload.Context(host)
+    pyoffload.free(c.alloc(64))
+    pool = c.pools[(id(host), id(AllocKind.DEVICE))]
+    assert pool.fast_path_state is not None
+    c.close()
+    assert pool.fast_path_state is None
+    assert c.lanes.alloc(host, 64, AllocKind.DEVICE) is None
+    with pytest.raises(pyoffload.OffloadError):
+        c.alloc(64)
+
+
+def test_threads_allocating_and_freeing_stay_consistent(host: Any) -> None:
+    pyoffload.free(host.alloc(64))
+    ctx = host.default_context
+    before = len(ctx.owned_objects)
+    rt = runtime.active()
+    errors: list[BaseException] = []
+
+    def work(seed: int) -> None:
+        rng = random.Random(seed)
+        mine: list[Any] = []
+        try:
+            for _ in range(3000):
+                if mine and rng.random() < 0.5:
+                    a = mine.pop(rng.randrange(len(mine)))
+                    assert rt.registry.find(a.ptr)[2] is a
+                    pyoffload.free(a)
+                else:
+                    mine.append(host.alloc(rng.choice([64, 512, 700, 8 * KiB])))
+            for a in mine:
+                pyoffload.free(a)
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    assert host.memory_pool().stats().in_use_bytes == 0
+    assert len(ctx.owned_objects) == before
+    assert not [e for e in rt.registry.items() if e[2].context is ctx and e[2].owned]
