@@ -538,6 +538,14 @@ runtime_live(FastState *st)
     return state == st->live_state;
 }
 
+/* 1 when `pool`'s fast path is still on, with `st`, and its structures are in place. */
+static int
+lane_intact(PoolBase *pool, FastState *st)
+{
+    return pool->state == (PyObject *)st && pool->ctx != NULL && pool->owned != NULL && pool->lists != NULL &&
+           PyDict_CheckExact(pool->lists) && pool->sizes != NULL && PyList_CheckExact(pool->sizes);
+}
+
 /* 1 when no other backend's address space has live memory (the registry then needs no overlap
  * check: a backend never hands out overlapping blocks itself). */
 static int
@@ -634,8 +642,9 @@ pool_alloc(PoolBase *pool, PyObject *size_obj)
     if (id_key == NULL)
         goto decline;
 
-    /* Checks: no Python code runs from here to the end. */
-    if (!runtime_live(st) || !single_space(st, pool->space))
+    /* Checks: no Python code runs from here to the end.  A finalizer run by a collection above
+     * may have closed the context (turning this pool's fast path off): look again. */
+    if (!lane_intact(pool, st) || !runtime_live(st) || !single_space(st, pool->space))
         goto decline;
     if (LOCK_HELD(pool->lock) || LOCK_HELD(st->reg_lock))
         goto decline;
@@ -893,8 +902,8 @@ fast_free(PyObject *module, PyObject *target)
     if (id_key == NULL)
         goto decline;
 
-    /* Checks: no Python code runs from here to the end. */
-    if (!a->owned || !a->live || a->base.exports || a->dl_exports)
+    /* Checks: no Python code runs from here to the end (and look at the lane again, as above). */
+    if (!lane_intact(pool, st) || !a->owned || !a->live || a->base.exports || a->dl_exports)
         goto decline;
     if (a->users != NULL && a->users != Py_None && !(PyDict_CheckExact(a->users) && PyDict_GET_SIZE(a->users) == 0))
         goto decline;  /* queued work uses it: the Python path waits for it */
