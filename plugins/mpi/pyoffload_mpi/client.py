@@ -1,10 +1,24 @@
-"""Rank 0's side of the link: sending requests without waiting, and one progress thread.
+"""Rank 0's side of the link: sending requests without waiting, and progress made by whoever waits.
 
 Every request goes out with a non-blocking send (an enqueue hook returns as soon as its request
-and any bytes it carries are handed to MPI); the progress thread completes those sends, receives
-everything the servers say (replies, finished events, retrieved bytes, heartbeats) and declares a
-rank gone once it has said nothing for the timeout: every request and event waiting on it then
-fails with a clear error instead of hanging.
+and any bytes it carries are handed to MPI).  Progress (completing those sends, receiving
+everything the servers say: replies, finished events, retrieved bytes, heartbeats, and declaring
+a rank gone once it has said nothing for the timeout, which fails every request and event waiting
+on it instead of hanging) is one step, :meth:`Link.poll`, taken under a lock by whichever thread
+gets there:
+
+* a thread that waits (for a reply, an event) takes the steps itself, so that what it waits for
+  is handled the moment it arrives, in the thread that needs it: handing it over from another
+  thread would cost a wake-up and a GIL switch (up to the interpreter's switch interval, 5 ms,
+  while the other thread holds the GIL).  Between steps it spins while bytes of a copy to or
+  from rank 0 are moving, naps while the servers copy, and sleeps longer while they run kernels
+  (:class:`.comm.Backoff`), leaving them the cores;
+* the progress thread takes them when nobody waits, sleeping between steps, so that sends
+  complete, bytes of queued copies arrive and dead ranks are noticed even then.
+
+Sends are completed oldest first, a few dozen per step (:data:`_TEST_AT_ONCE`), and an enqueue
+that finds many in flight completes some first: MPI returns a small message's buffer to its
+sender only when the sender tests it, and a sender that runs out of them slows every later step.
 """
 
 from __future__ import annotations
@@ -16,8 +30,12 @@ from queue import SimpleQueue
 from collections.abc import Callable
 from typing import Any
 
-from .comm import Backoff, timeout
+from .comm import NAP, SHORT_SPIN, SPIN, Backoff, timeout
 from .protocol import TAG_REPLY, TAG_REQUEST, ErrorRecord, Tags, chunks, rebuild, remote_failure
+
+
+_TEST_AT_ONCE = 64
+"""Send requests a progress step tests."""
 
 
 class Pending:
@@ -32,16 +50,33 @@ class Pending:
         self.value: Any = None
 
 
+class Flag:
+    """Set once; read by polling (whoever waits for it takes the progress steps that set it), so
+    cheaper to make than a ``threading.Event``: one per event and per synchronisation."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = False
+
+    def is_set(self) -> bool:
+        return self.value
+
+    def set(self) -> None:
+        self.value = True
+
+
 class RemoteQueue:
     """Rank 0's handle of a queue on a server."""
 
-    __slots__ = ("qid", "rank", "device", "error", "probe", "enqueued", "synchronised_failures")
+    __slots__ = ("qid", "rank", "device", "error", "probe", "enqueued", "synchronised_failures", "computing")
 
     def __init__(self, qid: int, rank: int, device: Any) -> None:
         self.qid, self.rank, self.device = qid, rank, device
         self.error: ErrorRecord | None = None  # the queue's failure no wait has raised yet: later events carry it
         self.probe: tuple[int, RemoteEvent] | None = None  # for queue_query_impl
         self.enqueued = 0
+        self.computing = False  # a kernel was launched since the last event recorded
         # failures a synchronisation raised: later synchronisations do not raise them again (the
         # server's events of the same stretch of work keep reporting them)
         self.synchronised_failures: set[int] = set()
@@ -50,11 +85,16 @@ class RemoteQueue:
 class RemoteEvent:
     """Rank 0's handle of an event recorded on a server queue."""
 
-    __slots__ = ("eid", "rank", "queue", "done", "error", "kept")
+    __slots__ = ("eid", "rank", "queue", "done", "error", "kept", "stored", "computing")
 
     def __init__(self, eid: int, queue: RemoteQueue, kept: bool) -> None:
         self.eid, self.rank, self.queue, self.kept = eid, queue.rank, queue, kept
-        self.done = threading.Event()
+        # Whether the server holds an event for it (to wait for, to time): not when the event
+        # was complete when recorded (its reply says so), and the queue does no profiling.
+        self.stored = kept
+        self.done = Flag()
+        self.computing = queue.computing  # it waits for a kernel
+        queue.computing = False
         self.error: ErrorRecord | None = None
 
 
@@ -81,7 +121,8 @@ class Link:
         self.tags = Tags(int(comm.Get_attr(MPI.TAG_UB)))
         self.ids = itertools.count(1)
         self._send_lock = threading.Lock()
-        self._inflight: list[Any] = []  # send requests the progress thread completes
+        self._inflight: list[Any] = []  # send requests the progress steps complete
+        self._inflight_bytes: list[Any] = []  # the same for the payloads of copies to servers
         self._replies: dict[int, Pending] = {}
         self.events: dict[int, RemoteEvent] = {}
         self.queues: dict[int, RemoteQueue] = {}
@@ -96,6 +137,11 @@ class Link:
         # which the progress thread sends on.
         self._releases: SimpleQueue[tuple[int, int]] = SimpleQueue()
         self._heard = {rank: time.monotonic() for rank in range(1, self.size)}
+        self._last_check = time.monotonic()
+        self._status = MPI.Status()
+        self._poll_lock = threading.Lock()  # one thread takes a progress step at a time
+        self._drivers = 0  # threads taking progress steps while they wait (the progress thread then rests)
+        self._drivers_lock = threading.Lock()
         self._running = True
         self._thread = threading.Thread(target=self._progress, name="pyoffload-mpi-progress", daemon=True)
         self._thread.start()
@@ -105,13 +151,25 @@ class Link:
     def post(self, rank: int, message: tuple[Any, ...], payload: memoryview | None = None) -> None:
         """Send a request (and the bytes it announces) without waiting for it to be received."""
         self.check(rank)
+        if len(self._inflight) > _TEST_AT_ONCE:
+            self._relieve()
         with self._send_lock:
             self._inflight.append(self.comm.isend(message, rank, TAG_REQUEST))
             if payload is not None:
                 self.bytes_sent += len(payload)
                 for offset, length in chunks(len(payload)):
-                    self._inflight.append(
+                    self._inflight_bytes.append(
                         self.comm.Isend([payload[offset:offset + length], self.MPI.BYTE], rank, TAG_REQUEST))
+
+    def post_together(self, messages: list[tuple[int, tuple[Any, ...]]]) -> None:
+        """Send several requests to several ranks as one step: no other request goes out between
+        them, so that every rank sees the requests of all threads in one order (the two halves of
+        a copy between two servers must not cross those of another copy)."""
+        for rank, _ in messages:
+            self.check(rank)
+        with self._send_lock:
+            for rank, message in messages:
+                self._inflight.append(self.comm.isend(message, rank, TAG_REQUEST))
 
     def poster(self, rank: int, message: tuple[Any, ...]) -> Callable[[], None]:
         """A function that sends the same small request each time it is called (the hot path of a
@@ -119,16 +177,28 @@ class Link:
         import pickle
 
         data = pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
-        isend, inflight_lock, byte, comm = self.comm.Isend, self._send_lock, self.MPI.BYTE, self
-        dead = self.dead
+        isend, inflight_lock, byte, inflight = self.comm.Isend, self._send_lock, self.MPI.BYTE, self._inflight
+        dead, relieve = self.dead, self._relieve
 
         def send() -> None:
             if dead:
                 self.check(rank)
             with inflight_lock:
-                comm._inflight.append(isend([data, byte], rank, TAG_REQUEST))
+                inflight.append(isend([data, byte], rank, TAG_REQUEST))
+            if len(inflight) > _TEST_AT_ONCE:
+                relieve()
 
         return send
+
+    def _relieve(self) -> None:
+        """Many requests in flight: complete the oldest before sending more.  MPI hands a small
+        message's buffer back only when its sender tests it; a sender far ahead of its
+        receiver runs out of them, and every later step then costs far more."""
+        if self._poll_lock.acquire(False):
+            try:
+                self._complete("_inflight")
+            finally:
+                self._poll_lock.release()
 
     def call(self, rank: int, op: str, *fields: Any) -> Any:
         """A request whose reply rank 0 waits for; the server's failure is raised here."""
@@ -147,12 +217,17 @@ class Link:
             raise
         return rid, pending
 
-    def finish(self, started: tuple[int, Pending]) -> Any:
-        """The reply of a request :meth:`start` sent; the server's failure is raised here."""
+    def finish(self, started: tuple[int, Pending], drive: bool = True) -> Any:
+        """The reply of a request :meth:`start` sent; the server's failure is raised here.
+        ``drive=False`` sleeps until the progress thread has the reply instead of taking the
+        progress steps (and a core) itself."""
         rid, pending = started
         try:
-            while not pending.done.wait(0.25):
-                self.check(pending.rank)
+            if drive:
+                self.drive(pending.done, pending.rank)
+            else:
+                while not pending.done.wait(0.25):
+                    self.check(pending.rank)
         finally:
             self._replies.pop(rid, None)
         if not pending.ok:
@@ -175,8 +250,8 @@ class Link:
     def wait_event(self, event: RemoteEvent, synchronising: bool = False) -> None:
         """Wait for ``event``; raise the failure it carries (``synchronising``: a queue-wide wait,
         which raises each failure once)."""
-        while not event.done.wait(0.25):
-            self.check(event.rank)
+        if not event.done.is_set():
+            self.drive(event.done, event.rank, event.computing)
         if event.error is not None:
             if synchronising:
                 seen = event.queue.synchronised_failures
@@ -185,49 +260,110 @@ class Link:
                 seen.add(event.error[4])
             raise_failure(event)
 
-    def release(self, rank: int, eid: int) -> None:
+    def release(self, event: RemoteEvent) -> None:
         """Let the server drop an event (safe from a finaliser: takes no lock)."""
-        self._releases.put((rank, eid))
+        if event.stored:
+            self._releases.put((event.rank, event.eid))
 
     def expect(self, xfer: int, view: memoryview) -> None:
         """Bytes for ``xfer`` will arrive: the progress thread receives them into ``view``."""
         self._data[xfer] = view
 
-    # -- the progress thread ------------------------------------------------------------------
+    # -- progress -------------------------------------------------------------------------------
+
+    def drive(self, done: Flag | threading.Event, rank: int, computing: bool = False) -> None:
+        """Take progress steps until ``done`` is set (or ``rank`` is declared gone, which sets it):
+        spinning while the answer may come any moment, then napping, then sleeping a little
+        longer between steps.  ``computing``: the wait is for kernels, which take their time
+        and the server's cores: no napping."""
+        backoff = Backoff(ceiling=5e-4)
+        acquire, release, poll, is_set = self._poll_lock.acquire, self._poll_lock.release, self.poll, done.is_set
+        with self._drivers_lock:
+            self._drivers += 1
+        try:
+            while not is_set():
+                busy = False
+                if acquire(True, 0.002):  # another thread's step is short; another waiter's loop lets go each step
+                    try:
+                        busy = poll()
+                    finally:
+                        release()
+                if is_set():
+                    return
+                self.check(rank)
+                if busy:
+                    backoff.reset()
+                else:
+                    # Spin while bytes of a copy to or from rank 0 move (they need its progress,
+                    # and come fast); else nap while the servers copy, and sleep longer while
+                    # they run kernels: leave them the cores.
+                    backoff.spin = SPIN if (self._data or self._inflight_bytes) else SHORT_SPIN
+                    backoff.nap = 0.0 if computing else NAP
+                    backoff.pause()
+        finally:
+            backoff.close()
+            with self._drivers_lock:
+                self._drivers -= 1
+
+    def poll(self) -> bool:
+        """One progress step (the caller holds the poll lock): ``True`` if something arrived."""
+        while not self._releases.empty():
+            rank, eid = self._releases.get()
+            if rank not in self.dead:
+                self.post(rank, ("event_release", None, eid))
+        busy = False  # something arrived, or bytes of a copy went out
+        if self._inflight:
+            self._complete("_inflight")
+        if self._inflight_bytes:
+            busy = self._complete("_inflight_bytes")
+        status = self._status
+        message = self.comm.improbe(self.MPI.ANY_SOURCE, TAG_REPLY, status)
+        if message is not None:
+            busy = True
+            rank = status.Get_source()
+            self._heard[rank] = time.monotonic()
+            try:
+                self._dispatch(rank, message.recv())
+            except Exception as exc:  # a broken message must not stop every other rank's progress
+                self._declare_dead(rank, f"sent a message rank 0 could not take: {exc!r}")
+        now = time.monotonic()
+        if now - self._last_check > 0.1:
+            self._last_check = now
+            for rank, heard in self._heard.items():
+                if rank not in self.dead and now - heard > self.limit:
+                    self._declare_dead(rank, f"said nothing for {self.limit:g} s (PYOFFLOAD_MPI_TIMEOUT): "
+                                             "the rank died or stopped answering")
+        return busy
+
+    def _complete(self, name: str) -> bool:
+        """Complete what has completed of the oldest send requests in list ``name`` (sends
+        complete about in order; a step must stay short however many are in flight: it is also
+        what pushes the next ones out); ``True`` if any did."""
+        requests = getattr(self, name)
+        with self._send_lock:  # senders only append: the head is this step's alone
+            head = requests[:_TEST_AT_ONCE]
+        done = self.MPI.Request.Testsome(head)
+        if not done:
+            return False
+        finished = set(done)
+        with self._send_lock:
+            requests[:len(head)] = [r for i, r in enumerate(head) if i not in finished]
+        return True
 
     def _progress(self) -> None:
-        comm, status = self.comm, self.MPI.Status()
-        backoff = Backoff()
-        last_check = time.monotonic()
+        """The progress thread: steps while nobody waits (a waiter's steps make it wait for the lock)."""
+        backoff = Backoff(spin=5e-5, nap=0.0)
+        lock = self._poll_lock
         while self._running:
-            busy = False
-            while not self._releases.empty():
-                rank, eid = self._releases.get()
-                if rank not in self.dead:
-                    self.post(rank, ("event_release", None, eid))
-            if self._inflight:
-                with self._send_lock:
-                    self._inflight = [r for r in self._inflight if not r.Test()]
-            message = comm.improbe(self.MPI.ANY_SOURCE, TAG_REPLY, status)
-            if message is not None:
-                busy = True
-                rank = status.Get_source()
-                self._heard[rank] = time.monotonic()
-                try:
-                    self._dispatch(rank, message.recv())
-                except Exception as exc:  # a broken message must not stop every other rank's progress
-                    self._declare_dead(rank, f"sent a message rank 0 could not take: {exc!r}")
-            now = time.monotonic()
-            if now - last_check > 0.1:
-                last_check = now
-                for rank, heard in self._heard.items():
-                    if rank not in self.dead and now - heard > self.limit:
-                        self._declare_dead(rank, f"said nothing for {self.limit:g} s (PYOFFLOAD_MPI_TIMEOUT): "
-                                                 "the rank died or stopped answering")
+            if self._drivers:  # a waiting thread takes the steps: keep out of its way (and off the GIL)
+                time.sleep(1e-3)
+                continue
+            with lock:
+                busy = self.poll()
             if busy:
                 backoff.reset()
             else:
-                backoff.ceiling = 5e-4 if (self._replies or self._inflight or self._data) else 5e-3
+                backoff.ceiling = 5e-4 if (self._replies or self._inflight or self._inflight_bytes or self._data) else 5e-3
                 backoff.pause()
 
     def _dispatch(self, rank: int, message: tuple[Any, ...]) -> None:
@@ -244,6 +380,7 @@ class Link:
                 if message[2] is not None and queue.error is None:
                     queue.error = message[2]
                 event.error = message[2] or queue.error
+                event.stored = message[3]
                 event.done.set()
         elif op == "qerror":
             queue = self.queues.get(message[1])
@@ -254,9 +391,11 @@ class Link:
             view = self._data[xfer]
             self.bytes_received += length
             request = self.comm.Irecv([view[offset:offset + length], self.MPI.BYTE], rank, TAG_REPLY)
-            backoff = Backoff()
-            while not request.Test():
-                backoff.pause()
+            if not request.Test():
+                backoff = Backoff()
+                while not request.Test():
+                    backoff.pause()
+                backoff.close()
             if offset + length >= len(view):
                 del self._data[xfer]
 
@@ -277,5 +416,5 @@ class Link:
         """Stop the progress thread (after every server has been told to exit)."""
         self._running = False
         self._thread.join()
-        for request in self._inflight:
+        for request in self._inflight + self._inflight_bytes:
             request.Cancel()

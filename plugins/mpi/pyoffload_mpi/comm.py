@@ -1,12 +1,26 @@
 """MPI plumbing shared by rank 0 and the servers: waiting without burning a core, and the settings.
 
-Open MPI's blocking calls poll in a busy loop; with more ranks than cores (the usual case when
-ranks share a machine) that would starve the devices' own threads.  Every wait here tests its
-request and sleeps a little longer each time nothing happened.
+Open MPI's blocking calls poll in a busy loop that cannot be interrupted (a peer that died would
+hang them), so every wait here tests its request in a loop of its own.  How that loop waits
+decides the latency of every copy, and what is left of the cores for the other ranks and the
+devices' own threads:
+
+* **spinning** (testing again at once, giving the core away with ``sched_yield`` each turn)
+  answers within a microsecond, but keeps a core busy: right while bytes this rank moves are in
+  flight, and for a short while after each sign of activity (the next request of a busy
+  application comes within tens of microseconds);
+* **napping**: a ``time.sleep`` costs 60-100 µs on Linux with the default timer slack of 50 µs,
+  as long as moving a whole MiB; with the thread's slack set to 1 µs (``PR_SET_TIMERSLACK``) a
+  nap takes about 15 µs and leaves the core to others: that is how a wait continues for a few
+  milliseconds;
+* then **sleeping**, in steps growing to a ceiling: an idle rank costs nothing.
 """
 
 from __future__ import annotations
 
+import ctypes
+import os
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -15,6 +29,48 @@ from pyoffload import settings
 
 TIMEOUT_VARIABLE = "PYOFFLOAD_MPI_TIMEOUT"
 SERVE_VARIABLE = "PYOFFLOAD_MPI_SERVE"
+
+SPIN = 2e-3
+"""Seconds a wait for bytes in flight spins before it naps."""
+SHORT_SPIN = 5e-5
+"""Seconds any other wait spins after the last sign of activity before it naps."""
+IDLE_SPIN = 1e-4
+"""Seconds a server with nothing to do spins after its last request before it naps."""
+NAP = 2e-3
+"""Seconds after the last activity until which a wait naps before it sleeps longer."""
+FINE_SLACK_NS = 1000
+"""The timer slack of a napping thread."""
+
+_yield = getattr(os, "sched_yield", None) or (lambda: time.sleep(0))
+_clock = time.perf_counter
+_sleep = time.sleep
+
+
+def _prctl() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.restype = ctypes.c_int
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    return prctl
+
+
+_PRCTL = _prctl()
+_PR_SET_TIMERSLACK, _PR_GET_TIMERSLACK = 29, 30
+
+
+def timer_slack(ns: int | None) -> int | None:
+    """Set the calling thread's timer slack (``None``: leave it); the previous value, or ``None``
+    where there is no such setting."""
+    if _PRCTL is None:
+        return None
+    previous = _PRCTL(_PR_GET_TIMERSLACK, 0, 0, 0, 0)
+    if ns is not None and previous >= 0 and previous != ns:
+        _PRCTL(_PR_SET_TIMERSLACK, ns, 0, 0, 0)
+    return previous if previous >= 0 else None
 
 
 def timeout() -> float:
@@ -28,50 +84,91 @@ def beat_interval(limit: float) -> float:
 
 
 class Backoff:
-    """Sleeps that start at nothing and grow to ``ceiling`` seconds while nothing happens."""
+    """How a polling loop waits after the last :meth:`reset`: spins (yielding the core each turn)
+    for ``spin`` seconds, naps until ``nap`` seconds, then sleeps in steps growing by 20 µs up
+    to ``ceiling`` seconds.  The first nap lowers the thread's timer slack; :meth:`close`
+    puts it back (a thread of the application's must not keep it)."""
 
-    __slots__ = ("ceiling", "_idle")
+    __slots__ = ("ceiling", "spin", "nap", "_since", "_sleep", "_slack")
 
-    def __init__(self, ceiling: float = 1e-3) -> None:
+    def __init__(self, ceiling: float = 1e-3, spin: float = SPIN, nap: float = NAP) -> None:
         self.ceiling = ceiling
-        self._idle = 0
+        self.spin = spin
+        self.nap = nap
+        self._since = 0.0
+        self._sleep = 0.0
+        self._slack: int | None = None
 
     def reset(self) -> None:
-        self._idle = 0
+        self._since = 0.0
+        self._sleep = 0.0
 
     def pause(self) -> None:
-        self._idle += 1
-        if self._idle > 64:  # a short spin first: replies to small requests come within microseconds
-            time.sleep(min(self.ceiling, 2e-5 * (self._idle - 64)))
+        now = _clock()
+        if not self._since:
+            self._since = now
+        idle = now - self._since
+        if idle < self.spin:
+            _yield()
+            return
+        if idle < self.nap:
+            if self._slack is None:
+                self._slack = timer_slack(FINE_SLACK_NS) or -1
+            _sleep(0)
+            return
+        self._sleep = min(self.ceiling, self._sleep + 2e-5)
+        _sleep(self._sleep)
+
+    def close(self) -> None:
+        if self._slack is not None and self._slack > 0:
+            timer_slack(self._slack)
+        self._slack = None
 
 
 def wait(request: Any, check: Callable[[], None] | None = None) -> Any:
     """Complete an MPI request by testing it; ``check`` may raise to give up (a peer is gone)."""
+    done, value = request.test()
+    if done:
+        return value
     backoff = Backoff()
-    while True:
-        done, value = request.test()
-        if done:
-            return value
-        if check is not None:
-            check()
-        backoff.pause()
+    try:
+        while True:
+            if check is not None:
+                check()
+            backoff.pause()
+            done, value = request.test()
+            if done:
+                return value
+    finally:
+        backoff.close()
 
 
 def wait_raw(request: Any, check: Callable[[], None] | None = None) -> None:
     """Complete a request of a buffer send or receive (``Isend``/``Irecv``)."""
+    if request.Test():
+        return
     backoff = Backoff()
-    while not request.Test():
-        if check is not None:
-            check()
-        backoff.pause()
+    try:
+        while not request.Test():
+            if check is not None:
+                check()
+            backoff.pause()
+    finally:
+        backoff.close()
 
 
 def wait_all(requests: list[Any], check: Callable[[], None] | None = None) -> None:
     """Complete every request of a list of buffer sends or receives."""
     from mpi4py import MPI
 
+    testall = MPI.Request.Testall
+    if testall(requests):
+        return
     backoff = Backoff()
-    while not MPI.Request.Testall(requests):
-        if check is not None:
-            check()
-        backoff.pause()
+    try:
+        while not testall(requests):
+            if check is not None:
+                check()
+            backoff.pause()
+    finally:
+        backoff.close()

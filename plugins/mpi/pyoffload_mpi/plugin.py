@@ -217,8 +217,10 @@ def data_exchange_impl(src_device: RemoteDevice, src: int, dst_device: RemoteDev
     other_rank = dst_rank if queue.rank == src_rank else src_rank
     here = src_address if mine == "send" else dst_address
     there = dst_address if mine == "send" else src_address
-    link.post(other_rank, ("xfer", None, other, queue.rank, mpi_tag, there, size))
-    link.post(queue.rank, ("xfer", queue.qid, mine, other_rank, mpi_tag, here, size))
+    # Both halves in one step: each server may block on its half until the other's is posted,
+    # which is safe as long as every server sees the halves of all copies in the same order.
+    link.post_together([(other_rank, ("xfer", None, other, queue.rank, mpi_tag, there, size)),
+                        (queue.rank, ("xfer", queue.qid, mine, other_rank, mpi_tag, here, size))])
 
 
 @hookimpl
@@ -354,6 +356,7 @@ def queue_query_impl(device: RemoteDevice, queue: RemoteQueue) -> bool:
 def launch_impl(device: RemoteDevice, queue: RemoteQueue, kernel: RemoteKernel, grid: tuple[int, int, int],
                 block: tuple[int, int, int], args: tuple[Any, ...]) -> None:
     queue.enqueued += 1
+    queue.computing = True
     _link().post(queue.rank, ("launch", queue.qid, kernel.kid, grid, block, args))
 
 
@@ -364,6 +367,7 @@ def launch_prepare_impl(device: RemoteDevice, queue: RemoteQueue, kernel: Remote
 
     def launch() -> None:
         queue.enqueued += 1
+        queue.computing = True
         enqueue()
 
     return launch
@@ -373,8 +377,10 @@ def launch_prepare_impl(device: RemoteDevice, queue: RemoteQueue, kernel: Remote
 def queue_wait_events_impl(device: RemoteDevice, queue: RemoteQueue, events: Sequence[RemoteEvent]) -> bool | None:
     if any(e.rank != queue.rank or not e.kept for e in events):
         return None  # across ranks: the generic layer holds the queue's later work back
-    queue.enqueued += 1
-    _link().post(queue.rank, ("wait_events", queue.qid, [e.eid for e in events]))
+    eids = [e.eid for e in events if e.stored or not e.done.is_set()]  # the others were complete when recorded
+    if eids:
+        queue.enqueued += 1
+        _link().post(queue.rank, ("wait_events", queue.qid, eids))
     return True
 
 
@@ -400,7 +406,7 @@ def event_query_impl(device: RemoteDevice, event: RemoteEvent) -> bool:
 
 @hookimpl
 def event_release_impl(device: RemoteDevice, event: RemoteEvent) -> None:
-    _link().release(event.rank, event.eid)
+    _link().release(event)
 
 
 @hookimpl

@@ -8,9 +8,20 @@ for a device runs on that device's queue (copies, then host functions that talk 
 the loop itself only blocks for the requests rank 0 waits for anyway.
 
 Threads: the main loop; one watcher per queue, which waits for the queue's recorded events in
-order and tells rank 0; a heartbeat; one thread per copy between two servers on the side that
-does not own the queue.  Replies to rank 0 go out under one lock, so that a ``data`` header and
-its bytes stay together.
+order and tells rank 0; a heartbeat.  Replies to rank 0 go out under one lock, so that a
+``data`` header and its bytes stay together.
+
+What keeps a copy fast is that, in the common case, it never leaves the main loop:
+
+* the loop spins (yielding the core) for a while after each request before it sleeps, so the
+  next request of a busy application is taken within microseconds (:class:`.comm.Backoff`);
+* a copy into or out of host memory with an idle queue moves the bytes in the loop, straight
+  from or into the memory;
+* an event recorded on a queue that has had no work since its last event was reported is
+  reported at once by the loop, not by the watcher (a hand-off between two threads costs a
+  wake-up and a GIL switch);
+* the side of a copy between two servers that does not own the queue posts its sends or
+  receives at once and the loop completes them between requests (no thread per copy).
 """
 
 from __future__ import annotations
@@ -18,6 +29,7 @@ from __future__ import annotations
 import ctypes
 import os
 import socket
+import sys
 import threading
 import time
 from queue import SimpleQueue
@@ -27,17 +39,23 @@ import numpy as np
 
 from pyoffload import OffloadError, settings
 
-from .comm import SERVE_VARIABLE, Backoff, beat_interval, timeout, wait, wait_all, wait_raw
+from .comm import (FINE_SLACK_NS, IDLE_SPIN, NAP, SERVE_VARIABLE, Backoff, beat_interval, timeout, timer_slack, wait, wait_all,
+                   wait_raw)
 from .protocol import CHUNK, TAG_REPLY, TAG_REQUEST, ErrorRecord, chunks, error_record, picklable
 
 
 class ServedQueue:
     """A queue of this rank and its watcher thread."""
 
-    def __init__(self, server: Server, qid: int, queue: Any) -> None:
-        self.server, self.qid, self.queue = server, qid, queue
+    def __init__(self, server: Server, qid: int, queue: Any, profiling: bool) -> None:
+        self.server, self.qid, self.queue, self.profiling = server, qid, queue, profiling
         self.error: ErrorRecord | None = None
-        self.pending: SimpleQueue[tuple[int, Any] | None] = SimpleQueue()
+        self.pending: SimpleQueue[tuple[int, Any, bool] | None] = SimpleQueue()
+        # Events given to the watcher and events it has reported (each counter has one writer);
+        # ``touched``: work was enqueued on the queue since the last event given to the watcher.
+        self.recorded = 0
+        self.reported = 0
+        self.touched = False
         self.watcher = threading.Thread(target=self._watch, name=f"pyoffload-mpi-queue-{qid}", daemon=True)
         self.watcher.start()
 
@@ -50,13 +68,30 @@ class ServedQueue:
 
     def _watch(self) -> None:
         while (item := self.pending.get()) is not None:
-            eid, event = item
+            eid, event, kept = item
             failure: ErrorRecord | None = None
             try:
                 event.wait()
             except BaseException as exc:
                 failure = error_record(exc, self.server.rank)
-            self.server.reply(("event", eid, failure))
+            self.server.reply(("event", eid, failure, kept))
+            self.reported += 1
+
+    def idle(self) -> bool:
+        """Whether the queue has nothing in flight, as its backend says.  Not ``Queue.query``:
+        that moves the runtime's record of the queue past finished work, failed work included,
+        and a later wait would then no longer raise the failure."""
+        queue = self.queue
+        try:
+            return bool(queue.disp.queue_query_impl(queue.dh, queue.handle))
+        except Exception:  # a failure of its work: the next event reports it
+            return False
+
+    def settled(self) -> bool:
+        """Whether an event recorded now could only complete at once and without a failure: no
+        work since the last event given to the watcher, which has reported it (with the failure
+        of the work before it, if any)."""
+        return not self.touched and self.reported == self.recorded
 
     def close(self) -> None:
         self.pending.put(None)
@@ -72,6 +107,9 @@ class Server:
         self.limit = timeout()
         self._reply_lock = threading.Lock()
         self._running = True
+        # Sides of copies between two servers in progress (main loop only): see _side.
+        self._sides: list[_Side] = []
+        self.answered_at_once = 0  # events the main loop reported itself (rpc_stats)
         self.initialised = False  # pyoffload started here (by rank 0's hello)
         self._reset()
 
@@ -84,6 +122,9 @@ class Server:
         self.kernels: dict[int, Any] = {}
         self.allocations: dict[int, Any] = {}
         self.images: dict[bytes, bytes] = {}
+        # What _in_place found at an address: the memory up to the end of its allocation, or
+        # None (not host memory).  Emptied whenever memory may go away (free, unload, teardown).
+        self._views: dict[int, memoryview | None] = {}
 
     # -- talking to rank 0 ---------------------------------------------------------------------
 
@@ -102,15 +143,39 @@ class Server:
 
     def serve(self) -> None:
         """Answer rank 0 until it says ``exit``."""
+        # A hand-off to a queue's watcher or worker thread waits for the GIL at most this long
+        # while the main loop spins (the default, 5 ms, is 50 copies of a MiB).
+        sys.setswitchinterval(SWITCH_INTERVAL)
         threading.Thread(target=self._heartbeat, name="pyoffload-mpi-heartbeat", daemon=True).start()
-        backoff = Backoff(ceiling=2e-3)
+        timer_slack(FINE_SLACK_NS)  # this loop naps (comm.py)
+        backoff = Backoff(ceiling=2e-3, spin=IDLE_SPIN)
+        improbe = self.comm.improbe
         while self._running:
-            message = self.comm.improbe(0, TAG_REQUEST)
-            if message is None:
+            message = improbe(0, TAG_REQUEST)
+            if message is not None:
+                self._handle(message.recv())
+                backoff.reset()
+            elif self._sides and self._progress_sides():
+                backoff.reset()
+            else:
+                # Spin only while this rank's own threads are idle: a queue's worker or watcher
+                # would otherwise fight the loop for the GIL at every turn.
+                if self._queues_busy():
+                    backoff.spin = backoff.nap = 0.0
+                    backoff.ceiling = 1e-4
+                else:
+                    backoff.spin, backoff.nap = IDLE_SPIN, NAP
+                    backoff.ceiling = 2e-4 if self._sides else 2e-3
                 backoff.pause()
-                continue
-            backoff.reset()
-            self._handle(message.recv())
+
+    def _queues_busy(self) -> bool:
+        """Whether work of a queue of this rank may still be running (or its event reported)."""
+        for served in self.queues.values():
+            if served.recorded != served.reported:
+                return True
+            if served.touched and not served.idle():
+                return True
+        return False
 
     def _handle(self, request: tuple[Any, ...]) -> None:
         op = request[0]
@@ -179,6 +244,7 @@ class Server:
         self.contexts[cid] = pyoffload.Context([self.devices[i] for i in indices])
 
     def rpc_context_destroy(self, cid: int) -> None:
+        self._views.clear()
         self.contexts.pop(cid).close()
 
     def rpc_alloc(self, cid: int, index: int, size: int) -> int:
@@ -187,6 +253,7 @@ class Server:
         return alloc.ptr  # type: ignore[no-any-return]
 
     def rpc_free(self, ptr: int) -> None:
+        self._views.clear()
         self.allocations.pop(ptr).free()
 
     def rpc_images(self, index: int) -> dict[str, bytes] | None:
@@ -200,6 +267,14 @@ class Server:
     def rpc_compile(self, index: int, source: str, options: tuple[str, ...]) -> bytes:
         device = self.devices[index]
         return device.disp.compile_impl(device.handle, source, options)  # type: ignore[no-any-return]
+
+    def rpc_stats(self) -> dict[str, int]:
+        """What tests check of how requests were carried out: threads alive, events kept, events
+        the main loop reported at once and events a queue's watcher reported, sides of copies
+        between servers in progress."""
+        return {"threads": threading.active_count(), "events": len(self.events),
+                "answered_at_once": self.answered_at_once,
+                "watched": sum(served.reported for served in self.queues.values()), "sides": len(self._sides)}
 
     def rpc_raw(self, role: str, peer: int, mpi_tag: int, size: int, count: int) -> None:
         """``count`` plain mpi4py ``Send`` (``role`` "send") or ``Recv`` of ``size`` bytes with
@@ -223,6 +298,7 @@ class Server:
         return [(s.name, s.kind.name, s.size) for s in program.symbols()]
 
     def rpc_unload(self, pid: int) -> None:
+        self._views.clear()
         program = self.programs.pop(pid)
         for kid in [k for k, kernel in self.kernels.items() if kernel.program is program]:
             del self.kernels[kid]
@@ -242,7 +318,7 @@ class Server:
 
     def rpc_queue(self, qid: int, cid: int, index: int, profiling: bool) -> None:
         queue = self.contexts[cid].create_queue(self.devices[index], profiling=profiling)
-        self.queues[qid] = ServedQueue(self, qid, queue)
+        self.queues[qid] = ServedQueue(self, qid, queue, profiling)
 
     def rpc_queue_destroy(self, qid: int) -> None:
         served = self.queues.pop(qid)
@@ -257,34 +333,52 @@ class Server:
         return self.events[end].elapsed_ms(self.events[start])  # type: ignore[no-any-return]
 
     def do_record(self, served: ServedQueue, eid: int, keep: bool) -> None:
+        if served.settled():
+            # Complete already: say so now (rank 0 adds the queue's failure no wait raised yet).
+            # A wait for it is then no wait at all: only a profiling queue keeps an event (to time).
+            kept = keep and served.profiling
+            if kept:
+                self.events[eid] = served.queue.record()
+            self.answered_at_once += 1
+            self.reply(("event", eid, None, kept))
+            return
         event = served.queue.record()
         if keep:
             self.events[eid] = event
-        served.pending.put((eid, event))
+        served.touched = False
+        served.recorded += 1
+        served.pending.put((eid, event, keep))
 
     def do_event_release(self, served: None, eid: int) -> None:
         self.events.pop(eid, None)
 
     def do_wait_events(self, served: ServedQueue, eids: list[int]) -> None:
-        served.queue.wait_events(*(self.events[e] for e in eids))
+        events = [self.events[e] for e in eids if e in self.events]  # the others were complete when recorded
+        if events:
+            served.touched = True
+            served.queue.wait_events(*events)
 
     def do_launch(self, served: ServedQueue, kid: int, grid: tuple[int, int, int], block: tuple[int, int, int],
                   args: tuple[Any, ...]) -> None:
+        served.touched = True
         served.queue.launch(self.kernels[kid], grid, block, args)
 
     def do_fill(self, served: ServedQueue, ptr: int, pattern: bytes, size: int) -> None:
+        served.touched = True
         served.queue.memfill(ptr, pattern, size)
 
     def do_copy(self, served: ServedQueue, dst: int, src: int, size: int) -> None:
+        served.touched = True
         served.queue.memcpy(dst, src, size)
 
     def do_submit(self, served: ServedQueue, dst: int, size: int) -> None:
         # The bytes follow on the request channel: take them all (rank 0 sent them already).
-        direct = _in_place(dst, size, served)
+        direct = self._in_place(dst, size, served)
         if direct is not None:  # straight into the device's memory: no staging, no second copy
             _receive_all(self.comm, direct, 0, TAG_REQUEST)
             return
         # Else the device copies each chunk while the next one arrives.
+        served.touched = True
         failure: BaseException | None = None
         for offset, length in chunks(size):
             buffer = np.empty(length, np.uint8)
@@ -302,10 +396,11 @@ class Server:
             for offset, length in chunks(size):
                 self.reply(("data", xfer, offset, length), view[offset:offset + length])
 
-        direct = _in_place(src, size, served)
+        direct = self._in_place(src, size, served)
         if direct is not None:
             send(direct)
             return
+        served.touched = True
         staging = memoryview(np.empty(size, np.uint8))
         served.queue.memcpy(staging, src, size)
         served.queue.launch_host_function(self._guarded(served, lambda: send(staging)))
@@ -314,16 +409,17 @@ class Server:
         """One side of a copy between two servers: ``role`` is ``send`` (this rank holds the
         source) or ``recv``; with a queue, this side orders the copy on it, else it runs now."""
         if served is None:
-            threading.Thread(target=self._xfer_side, args=(role, peer, mpi_tag, ptr, size),
-                             name="pyoffload-mpi-xfer", daemon=True).start()
+            self._side(role, peer, mpi_tag, ptr, size)
             return
-        direct = _in_place(ptr, size, served)
+        direct = self._in_place(ptr, size, served)
         if direct is not None:  # in order already: move the bytes now, from or into the memory itself
+            check = self._deadline(self._progress_sides)  # the loop's own sides keep moving meanwhile
             if role == "send":
-                self._push(direct, peer, mpi_tag, ack=True)
+                self._push(direct, peer, mpi_tag, ack=True, check=check)
             else:
-                self._pull(direct, peer, mpi_tag)
+                self._pull(direct, peer, mpi_tag, check=check)
             return
+        served.touched = True
         view = memoryview(np.empty(size, np.uint8))
         if role == "send":
             served.queue.memcpy(view, ptr, size)
@@ -332,43 +428,96 @@ class Server:
             served.queue.launch_host_function(self._guarded(served, lambda: self._pull(view, peer, mpi_tag)))
             served.queue.memcpy(ptr, view, size)
 
-    def _xfer_side(self, role: str, peer: int, mpi_tag: int, ptr: int, size: int) -> None:
+    def _side(self, role: str, peer: int, mpi_tag: int, ptr: int, size: int) -> None:
+        """The side without a queue: its sends or receives are posted now and the main loop
+        completes them between requests (the peer's side runs when its queue gets there)."""
         import pyoffload
 
-        direct = _in_place(ptr, size, None)
+        direct = self._in_place(ptr, size, None)
         view = direct if direct is not None else memoryview(np.empty(size, np.uint8))
         if role == "send":
             if direct is None:
                 pyoffload.memcpy(view, ptr, size)
-            self._push(view, peer, mpi_tag, ack=False)
-        else:
-            self._pull(view, peer, mpi_tag)
+            self._sides.append(_Side(_post(self.comm.Isend, view, peer, mpi_tag), view, self.limit))
+            return
+
+        def landed() -> None:
             if direct is None:
                 pyoffload.memcpy(ptr, view, size)
-            wait_raw(self.comm.Isend([bytearray(1), _byte()], peer, mpi_tag))  # the copy has landed
+            ack = self.comm.Isend([bytearray(1), _byte()], peer, mpi_tag)  # tells the queue's side
+            self._sides.append(_Side([ack], None, self.limit))
 
-    def _push(self, view: memoryview, peer: int, mpi_tag: int, ack: bool) -> None:
+        self._sides.append(_Side(_post(self.comm.Irecv, view, peer, mpi_tag), view, self.limit, landed))
+
+    def _progress_sides(self) -> bool:
+        """Complete what can be completed of the sides in progress; ``True`` if any finished."""
+        sides, self._sides = self._sides, []
+        if not sides:
+            return False
+        from mpi4py import MPI
+
+        finished = False
+        now = time.monotonic()
+        for side in sides:
+            if MPI.Request.Testall(side.requests):
+                finished = True
+                if side.then is not None:
+                    try:
+                        side.then()
+                    except BaseException as exc:  # nobody waits for this side: say why it failed
+                        print(f"pyoffload_mpi: rank {self.rank}: a copy to another server failed: {exc!r}",
+                              file=sys.stderr)
+            elif now > side.deadline:
+                for request in side.requests:
+                    try:
+                        request.Cancel()
+                    except Exception:
+                        pass
+                print(f"pyoffload_mpi: rank {self.rank}: a copy with another server gave up: the peer did "
+                      f"nothing for {self.limit:g} s", file=sys.stderr)
+            else:
+                self._sides.append(side)
+        return finished
+
+    def _push(self, view: memoryview, peer: int, mpi_tag: int, ack: bool, check: Any = None) -> None:
         # Every chunk in flight at once: MPI moves the next while the peer takes the last.
-        requests = [self.comm.Isend([view[offset:offset + length], _byte()], peer, mpi_tag)
-                    for offset, length in chunks(len(view), CHUNK)]
-        wait_all(requests, self._deadline())
+        check = check or self._deadline()
+        wait_all(_post(self.comm.Isend, view, peer, mpi_tag), check)
         if ack:
-            wait_raw(self.comm.Irecv([bytearray(1), _byte()], peer, mpi_tag), self._deadline())
+            wait_raw(self.comm.Irecv([bytearray(1), _byte()], peer, mpi_tag), check)
 
-    def _pull(self, view: memoryview, peer: int, mpi_tag: int) -> None:
-        _receive_all(self.comm, view, peer, mpi_tag, self._deadline())
+    def _pull(self, view: memoryview, peer: int, mpi_tag: int, check: Any = None) -> None:
+        _receive_all(self.comm, view, peer, mpi_tag, check or self._deadline())
 
-    def _deadline(self) -> Any:
-        """A check for peer waits: give up after the timeout (a peer that stopped answering)."""
+    def _deadline(self, also: Any = None) -> Any:
+        """A check for peer waits: give up after the timeout (a peer that stopped answering);
+        ``also`` runs on each check."""
         end = time.monotonic() + self.limit
 
         def check() -> None:
+            if also is not None:
+                also()
             if time.monotonic() > end:
                 from pyoffload.backend import BackendError
 
                 raise BackendError(f"rank {self.rank}: a peer rank sent nothing for {self.limit:g} s")
 
         return check
+
+    def _in_place(self, address: int, size: int, served: ServedQueue | None) -> memoryview | None:
+        """The ``size`` bytes at ``address`` themselves, when MPI may read or write them now: the
+        memory is host memory (the host backend's device memory) and the queue that orders the
+        copy, if any, has nothing left in flight, so that moving the bytes at once keeps queue
+        order.  ``None`` otherwise: the copy is then staged and ordered on the queue."""
+        if served is not None and not (served.settled() or served.idle()):
+            return None
+        try:
+            view = self._views[address]
+        except KeyError:
+            view = self._views[address] = _host_memory(address)
+        if view is None or len(view) < size:
+            return None  # (past the end: the staged copy reports the error)
+        return view[:size]
 
     def _guarded(self, served: ServedQueue, fn: Any) -> Any:
         """A host function that reports its failure to rank 0 as the queue's (the server's own
@@ -383,27 +532,43 @@ class Server:
         return run
 
 
-def _in_place(address: int, size: int, served: ServedQueue | None) -> memoryview | None:
-    """The ``size`` bytes at ``address`` themselves, when MPI may read or write them now: the
-    memory is host memory (the host backend's device memory) and the queue that orders the copy,
-    if any, has nothing left in flight, so that moving the bytes at once keeps queue order.
-    ``None`` otherwise: the copy is then staged and ordered on the queue."""
+def _host_memory(address: int) -> memoryview | None:
+    """The memory from ``address`` to the end of its allocation, when it is host memory."""
     import pyoffload
 
-    if served is not None and not served.queue.query():
-        return None
-    device = pyoffload.mem_info(address).device
+    info = pyoffload.mem_info(address)
+    device = info.device
     if device is None or not device.host_memory:
         return None
-    return memoryview((ctypes.c_char * size).from_address(address)).cast("B")
+    return memoryview((ctypes.c_char * (info.size - info.offset)).from_address(address)).cast("B")
+
+
+def _post(start: Any, view: memoryview, peer: int, mpi_tag: int) -> list[Any]:
+    """Every chunk (:func:`.protocol.chunks`) of ``view`` posted at once with ``Isend`` or ``Irecv``."""
+    byte = _byte()
+    if len(view) <= CHUNK:
+        return [start([view, byte], peer, mpi_tag)]
+    return [start([view[offset:offset + length], byte], peer, mpi_tag) for offset, length in chunks(len(view), CHUNK)]
 
 
 def _receive_all(comm: Any, view: memoryview, peer: int, mpi_tag: int, check: Any = None) -> None:
     """Receive ``view`` from ``peer``, sent as :func:`.protocol.chunks`, all chunks posted at once."""
-    requests = [comm.Irecv([view[offset:offset + length], _byte()], peer, mpi_tag)
-                for offset, length in chunks(len(view), CHUNK)]
-    wait_all(requests, check)
+    wait_all(_post(comm.Irecv, view, peer, mpi_tag), check)
 
+
+class _Side:
+    """A side of a copy between two servers in progress: its requests, the memory they use, what
+    to do once they completed, and when to give up on the peer."""
+
+    __slots__ = ("requests", "view", "then", "deadline")
+
+    def __init__(self, requests: list[Any], view: memoryview | None, limit: float, then: Any = None) -> None:
+        self.requests, self.view, self.then = requests, view, then
+        self.deadline = time.monotonic() + limit
+
+
+SWITCH_INTERVAL = 2e-4
+"""The servers' ``sys.setswitchinterval``."""
 
 _RPC = frozenset(name[4:] for name in dir(Server) if name.startswith("rpc_"))
 
