@@ -30,7 +30,7 @@ from queue import SimpleQueue
 from collections.abc import Callable
 from typing import Any
 
-from .comm import NAP, SHORT_SPIN, SPIN, Backoff, timeout
+from .comm import LONG_NAP, NAP, SHORT_SPIN, SPIN, Backoff, timeout
 from .protocol import TAG_REPLY, TAG_REQUEST, ErrorRecord, Tags, chunks, rebuild, remote_failure
 
 
@@ -69,7 +69,8 @@ class Flag:
 class RemoteQueue:
     """Rank 0's handle of a queue on a server."""
 
-    __slots__ = ("qid", "rank", "device", "error", "probe", "enqueued", "synchronised_failures", "computing")
+    __slots__ = ("qid", "rank", "device", "error", "probe", "enqueued", "synchronised_failures", "computing",
+                 "copying")
 
     def __init__(self, qid: int, rank: int, device: Any) -> None:
         self.qid, self.rank, self.device = qid, rank, device
@@ -77,6 +78,7 @@ class RemoteQueue:
         self.probe: tuple[int, RemoteEvent] | None = None  # for queue_query_impl
         self.enqueued = 0
         self.computing = False  # a kernel was launched since the last event recorded
+        self.copying = False  # a copy between two servers was enqueued since then
         # failures a synchronisation raised: later synchronisations do not raise them again (the
         # server's events of the same stretch of work keep reporting them)
         self.synchronised_failures: set[int] = set()
@@ -85,7 +87,7 @@ class RemoteQueue:
 class RemoteEvent:
     """Rank 0's handle of an event recorded on a server queue."""
 
-    __slots__ = ("eid", "rank", "queue", "done", "error", "kept", "stored", "computing")
+    __slots__ = ("eid", "rank", "queue", "done", "error", "kept", "stored", "computing", "copying")
 
     def __init__(self, eid: int, queue: RemoteQueue, kept: bool) -> None:
         self.eid, self.rank, self.queue, self.kept = eid, queue.rank, queue, kept
@@ -93,8 +95,8 @@ class RemoteEvent:
         # was complete when recorded (its reply says so), and the queue does no profiling.
         self.stored = kept
         self.done = Flag()
-        self.computing = queue.computing  # it waits for a kernel
-        queue.computing = False
+        self.computing, self.copying = queue.computing, queue.copying  # what it waits for
+        queue.computing = queue.copying = False
         self.error: ErrorRecord | None = None
 
 
@@ -251,7 +253,7 @@ class Link:
         """Wait for ``event``; raise the failure it carries (``synchronising``: a queue-wide wait,
         which raises each failure once)."""
         if not event.done.is_set():
-            self.drive(event.done, event.rank, event.computing)
+            self.drive(event.done, event.rank, event.computing, event.copying)
         if event.error is not None:
             if synchronising:
                 seen = event.queue.synchronised_failures
@@ -271,11 +273,12 @@ class Link:
 
     # -- progress -------------------------------------------------------------------------------
 
-    def drive(self, done: Flag | threading.Event, rank: int, computing: bool = False) -> None:
+    def drive(self, done: Flag | threading.Event, rank: int, computing: bool = False, copying: bool = False) -> None:
         """Take progress steps until ``done`` is set (or ``rank`` is declared gone, which sets it):
         spinning while the answer may come any moment, then napping, then sleeping a little
         longer between steps.  ``computing``: the wait is for kernels, which take their time
-        and the server's cores: no napping."""
+        and the server's cores: no napping.  ``copying``: for a copy between two servers, whose
+        end comes as fast as the bytes move: spinning."""
         backoff = Backoff(ceiling=5e-4)
         acquire, release, poll, is_set = self._poll_lock.acquire, self._poll_lock.release, self.poll, done.is_set
         with self._drivers_lock:
@@ -294,11 +297,16 @@ class Link:
                 if busy:
                     backoff.reset()
                 else:
-                    # Spin while bytes of a copy to or from rank 0 move (they need its progress,
-                    # and come fast); else nap while the servers copy, and sleep longer while
-                    # they run kernels: leave them the cores.
-                    backoff.spin = SPIN if (self._data or self._inflight_bytes) else SHORT_SPIN
-                    backoff.nap = 0.0 if computing else NAP
+                    # Bytes of a copy to or from rank 0 need its progress: spin, then nap as long
+                    # as they may take.  A copy between two servers ends as fast as its bytes
+                    # move: spin, then (a long batch of them) sleep short steps, leaving the
+                    # servers the cores.  Kernels take their time: sleep growing steps.
+                    if self._data or self._inflight_bytes:
+                        backoff.spin, backoff.nap, backoff.ceiling = SPIN, LONG_NAP, 5e-4
+                    elif copying and not computing:
+                        backoff.spin, backoff.nap, backoff.ceiling = SPIN, 0.0, 1e-4
+                    else:
+                        backoff.spin, backoff.nap, backoff.ceiling = SHORT_SPIN, 0.0 if computing else NAP, 5e-4
                     backoff.pause()
         finally:
             backoff.close()

@@ -14,6 +14,9 @@ devices' own threads:
   nap takes about 15 µs and leaves the core to others: that is how a wait continues for a few
   milliseconds;
 * then **sleeping**, in steps growing to a ceiling: an idle rank costs nothing.
+
+A wait for bytes this rank moves (the helpers below; rank 0 while a copy to or from a server is
+under way) spins and then naps for as long as a large copy may take, never sleeping longer.
 """
 
 from __future__ import annotations
@@ -36,8 +39,13 @@ SHORT_SPIN = 5e-5
 """Seconds any other wait spins after the last sign of activity before it naps."""
 IDLE_SPIN = 1e-4
 """Seconds a server with nothing to do spins after its last request before it naps."""
+IDLE_CEILING = 5e-4
+"""The longest sleep of an idle server: what the first request after a pause may wait."""
 NAP = 2e-3
 """Seconds after the last activity until which a wait naps before it sleeps longer."""
+LONG_NAP = 0.1
+"""The same for a wait for bytes in flight (a copy of hundreds of MiB takes tens of
+milliseconds, and its end must be seen at once)."""
 FINE_SLACK_NS = 1000
 """The timer slack of a napping thread."""
 
@@ -130,7 +138,7 @@ def wait(request: Any, check: Callable[[], None] | None = None) -> Any:
     done, value = request.test()
     if done:
         return value
-    backoff = Backoff()
+    backoff = Backoff(nap=LONG_NAP)
     try:
         while True:
             if check is not None:
@@ -147,7 +155,7 @@ def wait_raw(request: Any, check: Callable[[], None] | None = None) -> None:
     """Complete a request of a buffer send or receive (``Isend``/``Irecv``)."""
     if request.Test():
         return
-    backoff = Backoff()
+    backoff = Backoff(nap=LONG_NAP)
     try:
         while not request.Test():
             if check is not None:
@@ -164,7 +172,7 @@ def wait_all(requests: list[Any], check: Callable[[], None] | None = None) -> No
     testall = MPI.Request.Testall
     if testall(requests):
         return
-    backoff = Backoff()
+    backoff = Backoff(nap=LONG_NAP)
     try:
         while not testall(requests):
             if check is not None:

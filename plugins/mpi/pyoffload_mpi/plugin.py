@@ -210,6 +210,7 @@ def data_exchange_impl(src_device: RemoteDevice, src: int, dst_device: RemoteDev
     if src_rank == dst_rank:
         link.post(queue.rank, ("copy", queue.qid, dst_address, src_address, size))
         return
+    queue.copying = True
     with _lock:
         mpi_tag = link.tags.take()
     # The rank of the queue orders the copy on it; the other side takes part as soon as it hears.

@@ -39,7 +39,7 @@ import numpy as np
 
 from pyoffload import OffloadError, settings
 
-from .comm import (FINE_SLACK_NS, IDLE_SPIN, NAP, SERVE_VARIABLE, Backoff, beat_interval, timeout, timer_slack, wait, wait_all,
+from .comm import (FINE_SLACK_NS, IDLE_CEILING, IDLE_SPIN, NAP, SERVE_VARIABLE, SPIN, Backoff, beat_interval, timeout, timer_slack, wait, wait_all,
                    wait_raw)
 from .protocol import CHUNK, TAG_REPLY, TAG_REQUEST, ErrorRecord, chunks, error_record, picklable
 
@@ -109,6 +109,7 @@ class Server:
         self._running = True
         # Sides of copies between two servers in progress (main loop only): see _side.
         self._sides: list[_Side] = []
+        self._side_passes = 0
         self.answered_at_once = 0  # events the main loop reported itself (rpc_stats)
         self.initialised = False  # pyoffload started here (by rank 0's hello)
         self._reset()
@@ -148,7 +149,7 @@ class Server:
         sys.setswitchinterval(SWITCH_INTERVAL)
         threading.Thread(target=self._heartbeat, name="pyoffload-mpi-heartbeat", daemon=True).start()
         timer_slack(FINE_SLACK_NS)  # this loop naps (comm.py)
-        backoff = Backoff(ceiling=2e-3, spin=IDLE_SPIN)
+        backoff = Backoff(ceiling=IDLE_CEILING, spin=IDLE_SPIN)
         improbe = self.comm.improbe
         while self._running:
             message = improbe(0, TAG_REQUEST)
@@ -163,9 +164,10 @@ class Server:
                 if self._queues_busy():
                     backoff.spin = backoff.nap = 0.0
                     backoff.ceiling = 1e-4
+                elif self._sides:  # bytes of a copy with another server are on their way
+                    backoff.spin, backoff.nap, backoff.ceiling = SPIN, 0.0, 1e-4
                 else:
-                    backoff.spin, backoff.nap = IDLE_SPIN, NAP
-                    backoff.ceiling = 2e-4 if self._sides else 2e-3
+                    backoff.spin, backoff.nap, backoff.ceiling = IDLE_SPIN, NAP, IDLE_CEILING
                 backoff.pause()
 
     def _queues_busy(self) -> bool:
@@ -450,12 +452,21 @@ class Server:
         self._sides.append(_Side(_post(self.comm.Irecv, view, peer, mpi_tag), view, self.limit, landed))
 
     def _progress_sides(self) -> bool:
-        """Complete what can be completed of the sides in progress; ``True`` if any finished."""
-        sides, self._sides = self._sides, []
+        """Complete what can be completed of the sides in progress; ``True`` if any finished.
+        Sides mostly complete in the order they were posted (a queue orders its copies), so
+        a call tests the oldest few, and every so often all of them: a pass stays short however
+        many copies rank 0 has queued, and none waits for long behind an older one."""
+        sides = self._sides
         if not sides:
             return False
         from mpi4py import MPI
 
+        self._side_passes += 1
+        if len(sides) > _SIDES_AT_ONCE and self._side_passes % 16:
+            sides, rest = sides[:_SIDES_AT_ONCE], sides[_SIDES_AT_ONCE:]
+        else:
+            rest = []
+        self._sides = []
         finished = False
         now = time.monotonic()
         for side in sides:
@@ -477,6 +488,7 @@ class Server:
                       f"nothing for {self.limit:g} s", file=sys.stderr)
             else:
                 self._sides.append(side)
+        self._sides[len(self._sides):] = rest  # (then() may have appended an acknowledgement)
         return finished
 
     def _push(self, view: memoryview, peer: int, mpi_tag: int, ack: bool, check: Any = None) -> None:
@@ -566,6 +578,9 @@ class _Side:
         self.requests, self.view, self.then = requests, view, then
         self.deadline = time.monotonic() + limit
 
+
+_SIDES_AT_ONCE = 4
+"""Sides of copies between servers a pass of the main loop tests (all of them every 16th)."""
 
 SWITCH_INTERVAL = 2e-4
 """The servers' ``sys.setswitchinterval``."""
