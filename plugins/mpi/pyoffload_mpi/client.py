@@ -35,7 +35,7 @@ from .protocol import TAG_REPLY, TAG_REQUEST, ErrorRecord, Tags, chunks, rebuild
 
 
 _TEST_AT_ONCE = 64
-"""Send requests a progress step tests."""
+"""Send requests a progress step tests; an enqueue that finds more in flight completes some."""
 
 
 class Pending:

@@ -13,8 +13,10 @@ order and tells rank 0; a heartbeat.  Replies to rank 0 go out under one lock, s
 
 What keeps a copy fast is that, in the common case, it never leaves the main loop:
 
-* the loop spins (yielding the core) for a while after each request before it sleeps, so the
+* the loop spins (yielding the core) for a while after each request before it naps, so the
   next request of a busy application is taken within microseconds (:class:`.comm.Backoff`);
+  not while a queue of the rank runs work: its worker and watcher threads need the GIL and the
+  cores, so the loop then tests a few dozen times and sleeps;
 * a copy into or out of host memory with an idle queue moves the bytes in the loop, straight
   from or into the memory;
 * an event recorded on a queue that has had no work since its last event was reported is
@@ -144,28 +146,33 @@ class Server:
 
     def serve(self) -> None:
         """Answer rank 0 until it says ``exit``."""
-        # A hand-off to a queue's watcher or worker thread waits for the GIL at most this long
-        # while the main loop spins (the default, 5 ms, is 50 copies of a MiB).
-        sys.setswitchinterval(SWITCH_INTERVAL)
         threading.Thread(target=self._heartbeat, name="pyoffload-mpi-heartbeat", daemon=True).start()
         timer_slack(FINE_SLACK_NS)  # this loop naps (comm.py)
         backoff = Backoff(ceiling=IDLE_CEILING, spin=IDLE_SPIN)
         improbe = self.comm.improbe
+        busy_turns = 0
         while self._running:
             message = improbe(0, TAG_REQUEST)
             if message is not None:
                 self._handle(message.recv())
                 backoff.reset()
+                busy_turns = 0
             elif self._sides and self._progress_sides():
                 backoff.reset()
             else:
-                # Spin only while this rank's own threads are idle: a queue's worker or watcher
-                # would otherwise fight the loop for the GIL at every turn.
                 if self._queues_busy():
-                    backoff.spin = backoff.nap = 0.0
-                    backoff.ceiling = 1e-4
-                elif self._sides:  # bytes of a copy with another server are on their way
+                    # This rank's own threads run work (a queue's worker, its watcher): test a
+                    # few dozen times without giving the core away, then sleep growing steps,
+                    # never napping: waking often would fight them for the GIL at every turn.
+                    busy_turns += 1
+                    if busy_turns > BUSY_TURNS:
+                        time.sleep(min(BUSY_CEILING, 2e-5 * (busy_turns - BUSY_TURNS)))
+                    continue
+                if any(side.then is not None for side in self._sides[:_SIDES_AT_ONCE]):
+                    # bytes for this rank are on their way, and the queue's side waits for word
                     backoff.spin, backoff.nap, backoff.ceiling = SPIN, 0.0, 1e-4
+                elif self._sides:  # the peer takes the bytes of this rank (or its word) itself
+                    backoff.spin, backoff.nap, backoff.ceiling = 0.0, NAP, 1e-4
                 else:
                     backoff.spin, backoff.nap, backoff.ceiling = IDLE_SPIN, NAP, IDLE_CEILING
                 backoff.pause()
@@ -582,7 +589,10 @@ class _Side:
 _SIDES_AT_ONCE = 4
 """Sides of copies between servers a pass of the main loop tests (all of them every 16th)."""
 
-SWITCH_INTERVAL = 2e-4
+BUSY_TURNS = 64
+"""Turns the main loop tests for the next request at once while a queue of its rank runs work."""
+BUSY_CEILING = 1e-3
+"""Its longest sleep then."""
 """The servers' ``sys.setswitchinterval``."""
 
 _RPC = frozenset(name[4:] for name in dir(Server) if name.startswith("rpc_"))
