@@ -168,11 +168,8 @@ class Server:
                     if busy_turns > BUSY_TURNS:
                         time.sleep(min(BUSY_CEILING, 2e-5 * (busy_turns - BUSY_TURNS)))
                     continue
-                if any(side.then is not None for side in self._sides[:_SIDES_AT_ONCE]):
-                    # bytes for this rank are on their way, and the queue's side waits for word
+                if self._sides:  # bytes of a copy with another server are on their way
                     backoff.spin, backoff.nap, backoff.ceiling = SPIN, 0.0, 1e-4
-                elif self._sides:  # the peer takes the bytes of this rank (or its word) itself
-                    backoff.spin, backoff.nap, backoff.ceiling = 0.0, NAP, 1e-4
                 else:
                     backoff.spin, backoff.nap, backoff.ceiling = IDLE_SPIN, NAP, IDLE_CEILING
                 backoff.pause()
