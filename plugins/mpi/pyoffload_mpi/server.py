@@ -111,7 +111,7 @@ class Server:
         self._running = True
         # Sides of copies between two servers in progress (main loop only): see _side.
         self._sides: list[_Side] = []
-        self._side_passes = 0
+        self._sides_tested = 0.0  # when a pass last tested every side
         self.answered_at_once = 0  # events the main loop reported itself (rpc_stats)
         self.initialised = False  # pyoffload started here (by rank 0's hello)
         self._reset()
@@ -458,23 +458,24 @@ class Server:
     def _progress_sides(self) -> bool:
         """Complete what can be completed of the sides in progress; ``True`` if any finished.
         Sides mostly complete in the order they were posted (a queue orders its copies), so
-        a call tests the oldest few, and every so often all of them: a pass stays short however
-        many copies rank 0 has queued, and none waits for long behind an older one."""
+        a call tests the oldest few, and all of them every few milliseconds: a pass stays short
+        however many copies rank 0 has queued, and none waits for long behind an older one."""
         sides = self._sides
         if not sides:
             return False
         from mpi4py import MPI
 
-        self._side_passes += 1
-        if len(sides) > _SIDES_AT_ONCE and self._side_passes % 16:
+        now = time.monotonic()
+        if len(sides) > _SIDES_AT_ONCE and now - self._sides_tested < _ALL_SIDES_EVERY:
             sides, rest = sides[:_SIDES_AT_ONCE], sides[_SIDES_AT_ONCE:]
         else:
+            self._sides_tested = now
             rest = []
         self._sides = []
         finished = False
-        now = time.monotonic()
+        MPI.Request.Testsome([request for side in sides for request in side.requests])  # one call
         for side in sides:
-            if MPI.Request.Testall(side.requests):
+            if not any(side.requests):  # each completed (a completed request is MPI_REQUEST_NULL)
                 finished = True
                 if side.then is not None:
                     try:
@@ -584,7 +585,9 @@ class _Side:
 
 
 _SIDES_AT_ONCE = 4
-"""Sides of copies between servers a pass of the main loop tests (all of them every 16th)."""
+"""Sides of copies between servers a pass of the main loop tests..."""
+_ALL_SIDES_EVERY = 5e-3
+"""... and how often it tests them all (seconds)."""
 
 BUSY_TURNS = 64
 """Turns the main loop tests for the next request at once while a queue of its rank runs work."""
