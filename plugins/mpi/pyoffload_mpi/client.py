@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .comm import LONG_NAP, NAP, SHORT_SPIN, SPIN, Backoff, timeout
-from .protocol import TAG_REPLY, TAG_REQUEST, ErrorRecord, Tags, chunks, rebuild, remote_failure
+from .protocol import CHUNK, TAG_REPLY, TAG_REQUEST, ErrorRecord, Tags, chunks, rebuild, remote_failure
 
 
 _TEST_AT_ONCE = 64
@@ -159,6 +159,9 @@ class Link:
             self._inflight.append(self.comm.isend(message, rank, TAG_REQUEST))
             if payload is not None:
                 self.bytes_sent += len(payload)
+                if len(payload) <= CHUNK:
+                    self._inflight_bytes.append(self.comm.Isend([payload, self.MPI.BYTE], rank, TAG_REQUEST))
+                    return
                 for offset, length in chunks(len(payload)):
                     self._inflight_bytes.append(
                         self.comm.Isend([payload[offset:offset + length], self.MPI.BYTE], rank, TAG_REQUEST))
