@@ -34,6 +34,9 @@ from .comm import LONG_NAP, NAP, SHORT_SPIN, SPIN, Backoff, timeout
 from .protocol import CHUNK, TAG_REPLY, TAG_REQUEST, ErrorRecord, Tags, chunks, rebuild, remote_failure
 
 
+IMPOLITE = 2e-4
+"""Seconds a waiting thread spins without giving its core away."""
+
 _TEST_AT_ONCE = 64
 """Send requests a progress step tests; an enqueue that finds more in flight completes some."""
 
@@ -282,7 +285,10 @@ class Link:
         longer between steps.  ``computing``: the wait is for kernels, which take their time
         and the server's cores: no napping.  ``copying``: for a copy between two servers, whose
         end comes as fast as the bytes move: spinning."""
-        backoff = Backoff(ceiling=5e-4)
+        # The waiting thread first spins as a blocking MPI call would, without giving its core
+        # away (one that yields comes back late, well after the servers it waits for have
+        # answered); past 0.2 ms it yields, as the servers do, for it then only takes a core.
+        backoff = Backoff(ceiling=5e-4, polite=IMPOLITE)
         acquire, release, poll, is_set = self._poll_lock.acquire, self._poll_lock.release, self.poll, done.is_set
         with self._drivers_lock:
             self._drivers += 1

@@ -92,17 +92,19 @@ def beat_interval(limit: float) -> float:
 
 
 class Backoff:
-    """How a polling loop waits after the last :meth:`reset`: spins (yielding the core each turn)
-    for ``spin`` seconds, naps until ``nap`` seconds, then sleeps in steps growing by 20 µs up
-    to ``ceiling`` seconds.  The first nap lowers the thread's timer slack; :meth:`close`
-    puts it back (a thread of the application's must not keep it)."""
+    """How a polling loop waits after the last :meth:`reset`: spins for ``spin`` seconds (from
+    ``polite`` seconds on, giving the core away each turn), naps until ``nap`` seconds, then
+    sleeps in steps growing by 20 µs up to ``ceiling`` seconds.  The first nap lowers the
+    thread's timer slack; :meth:`close` puts it back (a thread of the application's must not
+    keep it)."""
 
-    __slots__ = ("ceiling", "spin", "nap", "_since", "_sleep", "_slack")
+    __slots__ = ("ceiling", "spin", "nap", "polite", "_since", "_sleep", "_slack")
 
-    def __init__(self, ceiling: float = 1e-3, spin: float = SPIN, nap: float = NAP) -> None:
+    def __init__(self, ceiling: float = 1e-3, spin: float = SPIN, nap: float = NAP, polite: float = 0.0) -> None:
         self.ceiling = ceiling
         self.spin = spin
         self.nap = nap
+        self.polite = polite
         self._since = 0.0
         self._sleep = 0.0
         self._slack: int | None = None
@@ -117,7 +119,8 @@ class Backoff:
             self._since = now
         idle = now - self._since
         if idle < self.spin:
-            _yield()
+            if idle >= self.polite:
+                _yield()
             return
         if idle < self.nap:
             if self._slack is None:

@@ -61,6 +61,17 @@ def test_a_wait_spins_then_naps_with_a_fine_timer_then_sleeps_longer(monkeypatch
     assert clock.current == 50_000
 
 
+def test_a_wait_may_spin_without_giving_its_core_away_at_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = Clock(monkeypatch)
+    backoff = comm.Backoff(ceiling=1e-4, spin=1e-3, nap=0.0, polite=2e-4)
+    for _ in range(4):  # the first 0.2 ms: spinning, nothing given away
+        backoff.pause()
+        clock.now += 6e-5
+    assert clock.log == []
+    backoff.pause()  # then as any other: yielding the core each turn
+    assert clock.log == [("yield", 0.0)]
+
+
 def test_a_wait_that_never_naps_leaves_the_timer_slack_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = Clock(monkeypatch)
     backoff = comm.Backoff(ceiling=1e-4, spin=0.0, nap=0.0)
