@@ -12,7 +12,8 @@ not a device's copy engine).
   remote→host, and remote→remote (rank 1's device to rank 2's), each synchronous
   (``pyoffload.memcpy``) and queued (``n`` copies on a queue, then one wait), against plain
   mpi4py ``Send``/``Recv`` of the same bytes between the same two ranks (buffer-based, no pickle),
-  with the server's side of the baseline run by its ``raw`` request.  Target ≥ 0.8× raw.
+  with the server's side of the baseline run by its ``raw`` request (rank 0 sleeps while it waits
+  for that request's reply: it takes no core from the ranks it measures).  Target ≥ 0.8× raw.
 * **Launch enqueue latency**: ``n`` prepared launches of an empty kernel on a rank-1 queue, then
   one wait, per launch; against ``n`` mpi4py ``Isend`` of a message of the same size.  Target ≤ 20 µs.
 
@@ -94,21 +95,21 @@ def _bandwidth(link: Any, dev1: Any, dev2: Any, size: int, cfg: argparse.Namespa
         started = link.start(1, "raw", "recv", 0, tag, size, k)
         for _ in range(k):
             comm.Send([src, byte], 1, tag)
-        link.finish(started)
+        link.finish(started, drive=False)
 
     def raw_d2h(k: int) -> None:
         tag = link.tags.take()
         started = link.start(1, "raw", "send", 0, tag, size, k)
         for _ in range(k):
             comm.Recv([dst, byte], 1, tag)
-        link.finish(started)
+        link.finish(started, drive=False)
 
     def raw_r2r(k: int) -> None:
         tag = link.tags.take()
         receiving = link.start(2, "raw", "recv", 1, tag, size, k)
         sending = link.start(1, "raw", "send", 2, tag, size, k)
-        link.finish(sending)
-        link.finish(receiving)
+        link.finish(sending, drive=False)
+        link.finish(receiving, drive=False)
 
     contenders = {
         "h2d": sync(lambda: memcpy(a1, src)),
@@ -167,7 +168,7 @@ def _launch(link: Any, dev1: Any, cfg: argparse.Namespace) -> list[Figure]:
         started = link.start(1, "raw", "recv", 0, tag, len(message), k)
         requests = [comm.Isend([message, byte], 1, tag) for _ in range(k)]
         link.MPI.Request.Waitall(requests)
-        link.finish(started)
+        link.finish(started, drive=False)
 
     t = measure({"prepared": ours_prepared, "launch": ours_launch, "raw": raw}, n, cfg.repeats)
     q.destroy()
