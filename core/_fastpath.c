@@ -18,6 +18,10 @@
  * through, and the fast path declines.  Otherwise no Python path is inside, and none can enter
  * before the fast path is done.  (This relies on the GIL: free-threaded builds are not supported.)
  *
+ * A finalizer run by a collection may free memory while its thread is inside a Python path of
+ * the allocator, holding one of these locks: waiting for it would never end.  The thread's held
+ * locks are counted; such a free is deferred and runs when the thread releases its last one.
+ *
  * Types here are the C bases of pyoffload's Python classes: Lock (the structures' lock),
  * AllocationBase (memory.Allocation's fields), BlockBase and PoolBase (pool.Block's and
  * pool.CachingAllocator's hot fields), FastState (what one runtime shares with the fast path) and
@@ -42,8 +46,17 @@ static PyObject *one;  /* the int 1 */
 typedef struct {
     PyObject_HEAD
     PyThread_type_lock lock;
-    char held;  /* readable by the fast path: a Python path is inside */
+    char held;              /* readable by the fast path: a Python path is inside */
+    unsigned long owner;    /* the thread holding it */
 } Lock;
+
+/* Locks this thread holds.  A finalizer run by a garbage collection can interrupt a Python path
+ * between any two bytecodes; if it frees memory, that free must not wait for a lock its own
+ * thread holds (it would wait forever).  Such frees are deferred (see memory.free) and run by
+ * the drain callback when the thread's last lock is released. */
+static _Thread_local long held_here;
+static int pending;          /* frees were deferred */
+static PyObject *drain;      /* memory._drain_deferred, called when `pending` and no lock is held */
 
 static PyObject *
 Lock_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
@@ -75,11 +88,20 @@ Lock_dealloc(Lock *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* 1 acquired, 0 not (non-blocking or timed out), -1 error (a signal handler raised). */
+/* 1 acquired, 0 not (non-blocking or timed out), -1 error (a signal handler raised, or this
+ * thread holds the lock already: waiting would never end). */
 static int
 lock_acquire(Lock *self, int blocking, PY_TIMEOUT_T timeout_us)
 {
+    unsigned long me = PyThread_get_thread_ident();
     PyLockStatus r = PyThread_acquire_lock_timed(self->lock, 0, 0);
+    if (r == PY_LOCK_FAILURE && blocking && self->held && self->owner == me) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "pyoffload: this thread is inside the allocator already (a finalizer run by a "
+                        "garbage collection allocated memory in the middle of an allocation or free); "
+                        "allocate outside __del__");
+        return -1;
+    }
     while (r == PY_LOCK_FAILURE && blocking) {
         Py_BEGIN_ALLOW_THREADS
         r = PyThread_acquire_lock_timed(self->lock, timeout_us, 1);
@@ -94,6 +116,8 @@ lock_acquire(Lock *self, int blocking, PY_TIMEOUT_T timeout_us)
     }
     if (r == PY_LOCK_ACQUIRED) {
         self->held = 1;
+        self->owner = me;
+        held_here++;
         return 1;
     }
     return 0;
@@ -131,6 +155,23 @@ Lock_enter(Lock *self, PyObject *Py_UNUSED(ignored))
     return PyBool_FromLong(r);
 }
 
+/* Run the deferred frees once this thread holds no lock; their errors go to sys.unraisablehook
+ * (they belong to a finalizer, which could not have raised either). */
+static void
+run_deferred(void)
+{
+    if (!pending || held_here || drain == NULL)
+        return;
+    pending = 0;
+    PyObject *exc_type, *exc_value, *exc_tb;
+    PyErr_Fetch(&exc_type, &exc_value, &exc_tb);  /* release() may run while an exception propagates */
+    PyObject *r = PyObject_CallNoArgs(drain);
+    if (r == NULL)
+        PyErr_WriteUnraisable(drain);
+    Py_XDECREF(r);
+    PyErr_Restore(exc_type, exc_value, exc_tb);
+}
+
 static PyObject *
 Lock_release(Lock *self, PyObject *Py_UNUSED(ignored))
 {
@@ -138,8 +179,12 @@ Lock_release(Lock *self, PyObject *Py_UNUSED(ignored))
         PyErr_SetString(PyExc_RuntimeError, "release unlocked lock");
         return NULL;
     }
+    if (self->owner == PyThread_get_thread_ident() && held_here > 0)
+        held_here--;
     self->held = 0;
+    self->owner = 0;
     PyThread_release_lock(self->lock);
+    run_deferred();
     Py_RETURN_NONE;
 }
 
@@ -157,7 +202,8 @@ Lock_locked(Lock *self, PyObject *Py_UNUSED(ignored))
 
 static PyMethodDef Lock_methods[] = {
     {"acquire", (PyCFunction)(void (*)(void))Lock_acquire, METH_VARARGS | METH_KEYWORDS,
-     "acquire(blocking=True, timeout=-1): as threading.Lock.acquire."},
+     "acquire(blocking=True, timeout=-1): as threading.Lock.acquire, but a blocking acquire by the "
+     "thread that holds the lock raises RuntimeError instead of waiting forever."},
     {"release", (PyCFunction)Lock_release, METH_NOARGS, "Release the lock."},
     {"locked", (PyCFunction)Lock_locked, METH_NOARGS, "Whether the lock is held."},
     {"__enter__", (PyCFunction)Lock_enter, METH_NOARGS, NULL},
@@ -168,7 +214,8 @@ static PyMethodDef Lock_methods[] = {
 static PyTypeObject LockType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "pyoffload._fastpath.Lock",
-    .tp_doc = PyDoc_STR("A non-reentrant lock, as threading.Lock, whose state the C fast path can read."),
+    .tp_doc = PyDoc_STR("A non-reentrant lock, as threading.Lock, whose state the C fast path can read; "
+                        "a thread that tries to take it twice gets RuntimeError, not a hang."),
     .tp_basicsize = sizeof(Lock),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = Lock_new,
@@ -608,7 +655,7 @@ static PyObject *
 pool_alloc(PoolBase *pool, PyObject *size_obj)
 {
     FastState *st = (FastState *)pool->state;
-    if (st == NULL || !PyLong_CheckExact(size_obj) || pool->lists == NULL || !PyDict_CheckExact(pool->lists) ||
+    if (st == NULL || pending || !PyLong_CheckExact(size_obj) || pool->lists == NULL || !PyDict_CheckExact(pool->lists) ||
         pool->sizes == NULL || !PyList_CheckExact(pool->sizes))
         Py_RETURN_NONE;
     unsigned long long size = PyLong_AsUnsignedLongLong(size_obj);
@@ -864,10 +911,18 @@ static PyTypeObject LanesType = {
 /* ------------------------------------------------------------------------------------------ */
 
 static PyObject *
-fast_free(PyObject *module, PyObject *target)
+fast_free(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *aobj = target, *held;
-    if (!PyObject_TypeCheck(aobj, &AllocationBaseType))
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "free(target, kind=None) takes one or two arguments");
+        return NULL;
+    }
+    if (held_here > 0) {  /* a finalizer interrupted this thread inside the allocator: defer */
+        pending = 1;
+        Py_RETURN_NONE;
+    }
+    PyObject *aobj = args[0], *held;
+    if (pending || (nargs == 2 && args[1] != Py_None) || !PyObject_TypeCheck(aobj, &AllocationBaseType))
         return Py_NewRef(Py_False);
     AllocationBase *a = (AllocationBase *)aobj;
     PyObject *pobj = a->source_pool;
@@ -999,13 +1054,35 @@ decline:
     Py_RETURN_FALSE;
 }
 
+static PyObject *
+set_drain(PyObject *module, PyObject *fn)
+{
+    if (!PyCallable_Check(fn)) {
+        PyErr_SetString(PyExc_TypeError, "set_drain takes a callable");
+        return NULL;
+    }
+    Py_XSETREF(drain, Py_NewRef(fn));
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+inside_allocator(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    return PyBool_FromLong(held_here > 0);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Module                                                                                      */
 /* ------------------------------------------------------------------------------------------ */
 
 static PyMethodDef module_methods[] = {
-    {"free", (PyCFunction)fast_free, METH_O,
-     "free(allocation): free it in C if nothing special applies; False: not handled (take the Python path)."},
+    {"free", (PyCFunction)(void (*)(void))fast_free, METH_FASTCALL,
+     "free(target, kind=None): True: freed here; False: not handled (take the Python path); None: this "
+     "thread is inside the allocator (a finalizer interrupted it): defer the free."},
+    {"set_drain", (PyCFunction)set_drain, METH_O,
+     "set_drain(callable): what runs the deferred frees once this thread holds no allocator lock."},
+    {"inside_allocator", (PyCFunction)inside_allocator, METH_NOARGS,
+     "Whether this thread holds an allocator lock (a Python path of alloc or free is under way)."},
     {NULL}
 };
 

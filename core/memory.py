@@ -15,6 +15,7 @@ queue has passed the operations that use the memory.
 
 from __future__ import annotations
 
+import collections
 import operator
 import weakref
 from typing import Any, NamedTuple
@@ -23,7 +24,7 @@ import numpy as np
 
 from . import dlpack
 from ._buffer import BufferBase
-from ._fastpath import AllocationBase, FastState, Lock, free as _fast_free
+from ._fastpath import AllocationBase, FastState, Lock, free as _fast_free, set_drain as _set_drain
 from .context import GenericContext
 from .device import GenericDevice
 from .enums import AllocKind
@@ -49,6 +50,28 @@ _claim = Lock()  # makes "is it live? then it is mine to free" one step (the C f
 _claim_acquire, _claim_release = _claim.acquire, _claim.release
 _new = BufferBase.__new__
 _fast_states: weakref.WeakKeyDictionary[Runtime, FastState] = weakref.WeakKeyDictionary()
+_deferred: collections.deque[tuple[Any, AllocKind | None]] = collections.deque()  # see free
+
+
+def _drain_deferred() -> None:
+    """Run the frees deferred by finalizers (called by the C side once the interrupted thread holds
+    no allocator lock).  The first error is raised at the end, and reported there like an
+    exception in a finalizer (``sys.unraisablehook``); the other frees still run."""
+    first: Exception | None = None
+    while _deferred:
+        try:
+            target, kind = _deferred.popleft()
+        except IndexError:  # another thread drained it
+            break
+        try:
+            free(target, kind)
+        except Exception as exc:
+            first = first or exc
+    if first is not None:
+        raise first
+
+
+_set_drain(_drain_deferred)
 
 
 class Allocation(AllocationBase):
@@ -454,9 +477,15 @@ def free(target: Allocation | int, kind: AllocKind | None = None) -> None:
     Waits for the queued operations that use it, as ``cuMemFree`` does (interrupted, the
     allocation stays allocated and a retry waits again).  Called from a host function for memory
     that later work on the host function's own queue uses, the free is deferred until that work is
-    done.  ``kind``, if given, must match the allocation's kind.
+    done.  ``kind``, if given, must match the allocation's kind.  Called by a finalizer that a
+    garbage collection ran while this thread was inside an allocation or free, the free is
+    deferred until that one is done (it holds locks the free needs).
     """
-    if kind is None and _fast_free(target):  # the common case, in C; False: not handled there
+    done = _fast_free(target, kind)  # the common case, in C
+    if done:
+        return
+    if done is None:  # this thread is inside the allocator (we interrupted it): defer
+        _deferred.append((target, kind))
         return
     if type(target) is Allocation and kind is None and target.owned and not target.export_count and not target.dl_exports:
         alloc = target  # the common case, written out: it is counted in frames

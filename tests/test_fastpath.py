@@ -235,3 +235,126 @@ def test_threads_allocating_and_freeing_stay_consistent(host: Any) -> None:
     assert host.memory_pool().stats().in_use_bytes == 0
     assert len(ctx.owned_objects) == before
     assert not [e for e in rt.registry.items() if e[2].context is ctx and e[2].owned]
+
+
+def test_finalizers_run_by_a_collection_inside_the_allocator(host: Any) -> None:
+    """With a collection on (nearly) every container allocation, finalizers free and allocate
+    memory, and close a context, in the middle of allocations and frees on the same thread: inside
+    the C fast path (Python 3.11 collects inside an allocation) and between the bytecodes of the
+    Python path, holding its locks.  Nothing hangs: their frees are deferred until the interrupted
+    operation is done; an allocation that would wait for its own thread's lock raises instead."""
+    import gc
+
+    pyoffload.free(host.alloc(64))
+    side = pyoffload.Context(host)
+    pyoffload.free(side.alloc(64))
+    pending: list[Any] = [host.alloc(64) for _ in range(200)]
+    made: list[Any] = []
+    refused: list[str] = []
+    armed, inside, closed_inside = [False], [False], [False]
+
+    class Churn:
+        def __init__(self) -> None:
+            self.me = self  # a cycle: only a collection frees it
+
+        def __del__(self) -> None:
+            if pending:
+                pyoffload.free(pending.pop())
+            try:
+                made.append(host.alloc(512 + 512 * (len(made) % 3)))
+            except RuntimeError as exc:
+                refused.append(str(exc))
+            if armed[0] and side.live:
+                side.close()
+                closed_inside[0] = inside[0]
+
+    side_alloc = side.lanes.alloc  # bound here: the call itself then makes no container before the C code
+    saved = gc.get_threshold()
+    gc.set_threshold(1)
+    try:
+        kept = []
+        for i in range(600):
+            Churn()
+            if side.live and i > 300:  # the next collection may close the context inside this call
+                armed[0] = inside[0] = True
+                got = side_alloc(host, 64, AllocKind.DEVICE)
+                inside[0] = False
+                # served, then torn down by the close; never served by a closed context
+                assert got is None or side.live or not got.live, "served by a context closed meanwhile"
+            elif side.live:
+                pyoffload.free(side_alloc(host, 64, AllocKind.DEVICE))
+            a = host.alloc(64 if i % 2 else 700)
+            if i % 3:
+                pyoffload.free(a)
+            else:
+                kept.append(a)
+            if not side.live:
+                assert side.lanes.alloc(host, 64, AllocKind.DEVICE) is None
+    finally:
+        gc.set_threshold(*saved)
+    gc.collect()
+    assert not side.live
+    if sys.version_info < (3, 12):
+        assert closed_inside[0], "the context was not closed from inside the fast path"
+    assert all("inside the allocator already" in r for r in refused)
+    assert not pending, "a free made by a finalizer was lost"
+    for a in kept + made:
+        pyoffload.free(a)
+    assert host.memory_pool().stats().in_use_bytes == 0
+    rt = runtime.active()
+    assert not [e for e in rt.registry.items() if e[2].context is host.default_context and e[2].owned]
+
+
+def test_lock_behaves_as_threading_lock_and_refuses_self_deadlock() -> None:
+    lock = Lock()
+    assert not lock.locked() and lock.acquire() and lock.locked()
+    assert lock.acquire(False) is False, "non-reentrant"
+    with pytest.raises(RuntimeError, match="inside the allocator already"):
+        lock.acquire()  # the holder would wait for itself forever
+    with pytest.raises(ValueError):
+        lock.acquire(False, 1.0)
+    other: list[bool] = []
+    t = threading.Thread(target=lambda: other.append(lock.acquire(timeout=0.05)))
+    t.start()
+    t.join(10)
+    assert other == [False], "another thread times out while the lock is held"
+    lock.release()
+    assert not lock.locked()
+    with pytest.raises(RuntimeError, match="release unlocked lock"):
+        lock.release()
+    with lock:
+        assert lock.locked()
+    assert not lock.locked()
+    t = threading.Thread(target=lambda: other.append(lock.acquire(timeout=5)))
+    t.start()
+    t.join(10)
+    assert other[-1] is True and lock.locked()
+
+
+def test_a_free_inside_the_allocator_is_deferred_until_it_is_done(host: Any) -> None:
+    """What a finalizer sees when it interrupts this thread inside a Python path of the allocator."""
+    from pyoffload._fastpath import inside_allocator
+
+    a, b = host.alloc(64), host.alloc(64)
+    pool = host.default_context.pools[(id(host), id(AllocKind.DEVICE))]
+    with pool._lock:  # as a Python path of alloc or free holds it
+        assert inside_allocator()
+        pyoffload.free(a)  # would wait for this thread's own lock
+        assert a.live, "freed while the allocator was in the middle of something"
+    assert not inside_allocator()
+    assert not a.live, "the deferred free did not run when the lock was released"
+    pyoffload.free(b)
+
+
+def test_an_error_of_a_deferred_free_is_reported_like_a_finalizers(host: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    reported: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)
+    a, b = host.alloc(64), host.alloc(64)
+    pool = host.default_context.pools[(id(host), id(AllocKind.DEVICE))]
+    with pool._lock:
+        pyoffload.free(a)
+        pyoffload.free(a)  # a double free, found when the deferred frees run
+        pyoffload.free(b)
+    assert not a.live and not b.live, "a failing deferred free stopped the others"
+    assert len(reported) == 1 and isinstance(reported[0].exc_value, InvalidArgumentError)
+    assert "double free" in str(reported[0].exc_value)
