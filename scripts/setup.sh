@@ -53,3 +53,10 @@ for v in 3.12 3.13; do
   ".venv-$v/bin/python" -m pip install -q --upgrade pip >/dev/null
   ".venv-$v/bin/python" -m pip install -q -e ".[test]" -e plugins/opencl
 done
+
+# Byte-compile the project's sources for each interpreter, as a wheel install does: editable
+# installs leave that to the first import, which never writes the .pyc files where
+# PYTHONDONTWRITEBYTECODE is set, so every process would compile every module again.
+for py in .venv/bin/python .venv-3.12/bin/python .venv-3.13/bin/python; do
+  "$py" -m compileall -q core plugins/*/pyoffload_* docs/example_backend >/dev/null
+done
