@@ -234,6 +234,7 @@ typedef struct {
     unsigned long long size;
     PyObject *kind, *device, *context, *origin, *owner, *pool_block, *source_pool, *users;
     char owned, live;
+    char prepared;  /* bound by a prepared launch at some time: freeing it bumps the runtime's epoch */
     Py_ssize_t dl_exports;
 } AllocationBase;
 
@@ -285,6 +286,8 @@ static PyMemberDef AllocationBase_members[] = {
     {"users", T_OBJECT, offsetof(AllocationBase, users), 0, "queue -> last sequence number using it"},
     {"owned", T_BOOL, offsetof(AllocationBase, owned), 0, "pyoffload's own memory (not external)"},
     {"live", T_BOOL, offsetof(AllocationBase, live), 0, "not yet freed or released"},
+    {"prepared", T_BOOL, offsetof(AllocationBase, prepared), 0,
+     "bound by a prepared launch at some time (its free must make the launch check again)"},
     {"dl_exports", T_PYSSIZET, offsetof(AllocationBase, dl_exports), 0, "DLPack exports outstanding"},
     {NULL}
 };
@@ -969,12 +972,14 @@ fast_free(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (!block->pooled)
         goto decline;  /* a segment of its own: the Python path hands it back to the backend */
     owned = Py_NewRef(pool->owned);
-    epoch = PyObject_GetAttr(st->rt, str_epoch);
-    if (epoch == NULL || !PyLong_CheckExact(epoch))
-        goto decline;
-    next_epoch = PyNumber_Add(epoch, one);
-    if (next_epoch == NULL)
-        goto decline;
+    if (a->prepared) {  /* a prepared launch holds it: bump the epoch, so the launch checks again */
+        epoch = PyObject_GetAttr(st->rt, str_epoch);
+        if (epoch == NULL || !PyLong_CheckExact(epoch))
+            goto decline;
+        next_epoch = PyNumber_Add(epoch, one);
+        if (next_epoch == NULL)
+            goto decline;
+    }
     PyObject *entry = PyDict_GetItemWithError(st->entries, ptr_key);  /* borrowed */
     if (entry == NULL || !PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2 || PyTuple_GET_ITEM(entry, 1) != aobj)
         goto decline;
@@ -992,7 +997,8 @@ fast_free(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     int pending = PySet_Contains(st->to_add, ptr_key);
     if (pending < 0 || (pending ? PySet_Discard(st->to_add, ptr_key) : PySet_Add(st->to_remove, ptr_key)) < 0)
         goto fail;
-    if (PyObject_SetAttr(st->rt, str_epoch, next_epoch) < 0 || count_space(st, pool->space, -1) < 0)
+    if ((next_epoch != NULL && PyObject_SetAttr(st->rt, str_epoch, next_epoch) < 0) ||
+        count_space(st, pool->space, -1) < 0)
         goto fail;
     int mine = PyDict_Contains(owned, id_key);
     if (mine < 0 || (mine && PyDict_DelItem(owned, id_key) < 0))
@@ -1021,8 +1027,8 @@ fast_free(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_DECREF(ptr_key);
     Py_DECREF(id_key);
     Py_DECREF(owned);
-    Py_DECREF(epoch);
-    Py_DECREF(next_epoch);
+    Py_XDECREF(epoch);
+    Py_XDECREF(next_epoch);
     Py_RETURN_TRUE;
 
 fail:

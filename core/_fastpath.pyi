@@ -25,6 +25,7 @@ class AllocationBase(BufferBase):
     users: Any
     owned: bool
     live: bool
+    prepared: bool
     dl_exports: int
 
 class BlockBase:

@@ -293,8 +293,9 @@ class PreparedLaunch:
     The backend's prepared function is called directly when no wrapper plugin is registered;
     otherwise each call goes through ``launch_impl`` so that tracing and fault injection see it.
     The checks (queue live, program loaded, bound allocations live, wrappers unchanged) are
-    repeated only when the runtime's epoch moved: anything that could invalidate them (a free, an
-    unload, a queue destroyed, a wrapper added or removed, shutdown) moves it.
+    repeated only when the runtime's epoch moved: anything that could invalidate them (a free of
+    memory a prepared launch uses, an unload, a queue destroyed, a wrapper added or removed,
+    shutdown) moves it.
     """
 
     __slots__ = ("queue", "kernel", "grid", "block", "args", "_allocs", "_fast", "_call", "_epoch", "_binder")
@@ -307,6 +308,8 @@ class PreparedLaunch:
         self.block = block
         self.args = args
         self._allocs = allocs
+        for a in allocs:
+            a.prepared = True  # its free moves the epoch (the fast path of free moves it only then)
         self._fast = fast
         self._binder = bind
         self._epoch = -1
