@@ -363,7 +363,7 @@ class Event:
     def wait(self) -> None:
         """Block until the operation has completed; re-raise a host function's error."""
         q = self.queue
-        if self.seq > q.done or q.failures or q.failed_work:
+        if self.seq > q.done or q.failures or q.failed_work or q.unchecked:
             q.wait_for(self.seq)
 
     @property

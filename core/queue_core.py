@@ -94,6 +94,9 @@ class QueueCore:
         self.seq = 0  # operations enqueued
         self.submitted = 0  # operations handed to the backend
         self.done = 0  # operations observed complete
+        # Operations the ledger passed on a queue query alone (unchecked_from .. unchecked): they
+        # completed, but whether they failed only a synchronisation says (see _check_queried).
+        self.unchecked_from = self.unchecked = 0
         self._markers: collections.deque[Marker] = collections.deque()
         self._holds: collections.deque[tuple[int, Any]] = collections.deque()
         self._deferred: collections.deque[tuple[int, Callable[[], None]]] = collections.deque()
@@ -453,6 +456,8 @@ class QueueCore:
         if seq > self.done:
             self._check_self_wait(seq)
             self.wait_until(seq)
+        elif self.unchecked and seq >= self.unchecked_from:
+            self._check_queried()
         if self.failures and seq in self.failures:
             exc = self.failures[seq]
             raise BackendError(f"a host function on {self._name} raised {exc!r}") from exc
@@ -560,12 +565,37 @@ class QueueCore:
                     return True
                 return False
             if self.disp.queue_query_impl(self.dh, self.handle):
+                with self._lock:
+                    if upto > self.done:
+                        self.unchecked_from = self.unchecked_from or self.done + 1
+                        self.unchecked = max(self.unchecked, upto)
                 self._advance(upto)
                 return True
             return False
         finally:
             if marker is not None:
                 self._unpin(marker)
+
+    def _check_queried(self) -> None:
+        """Work the ledger passed on a queue query alone has completed, but a backend reports a
+        failure of the work at a wait (the failure rule): synchronise once, so that the failure
+        is recorded for those operations, whose waits then raise it as if a wait had found it."""
+        with self._lock:
+            first, last = self.unchecked_from, self.unchecked
+            self.unchecked_from = self.unchecked = 0
+        if not last:
+            return
+        try:
+            self.disp.raw.queue_synchronize_impl(self.dh, self.handle)
+        except OffloadError as exc:
+            if exc.errc is Errc.INVALID_QUEUE:
+                raise
+            with self._lock:
+                if not any(err is exc for _, _, err in self.failed_work):
+                    self.failed_work.append((first, max(last, self.submitted), exc))
+                    self._unreported.append(exc)
+        except Exception as exc:
+            raise self.disp.failure("queue_synchronize_impl", exc) from exc
 
     def _poll(self) -> None:
         """Release what completed operations held, without blocking (called now and then)."""
@@ -595,6 +625,8 @@ class QueueCore:
                 with self._lock:  # reported here, not again by the next wait
                     self._unreported = [e for e in self._unreported if e is not exc]
                 raise
+        if self.unchecked:
+            self._check_queried()
         if self._unreported:
             with self._lock:
                 errors, self._unreported = self._unreported, []

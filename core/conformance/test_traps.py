@@ -90,3 +90,26 @@ def test_a_trap_leaves_other_queues_alone(device, kernels, queue):
     other.destroy()
     a.free()
     b.free()
+
+
+def test_querying_a_failed_queue_does_not_swallow_the_failure(device, kernels, queue):
+    """``query()`` says whether the work completed; the failure is still the next wait's to raise."""
+    import time
+
+    out = device.alloc(4 * 64)
+    _trap(queue, kernels, out, 3)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if queue.query():
+                break
+        except OffloadError as exc:  # a backend may report the failure from the query as well
+            assert exc.errc is Errc.UNKNOWN
+            break
+        assert time.monotonic() < deadline, "the trapping launch never completed"
+        time.sleep(0.001)
+    with pytest.raises(OffloadError) as err:
+        queue.wait()
+    assert err.value.errc is Errc.UNKNOWN
+    queue.wait()  # reported once
+    out.free()
