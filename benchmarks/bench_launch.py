@@ -171,6 +171,12 @@ def _host(d: Dev, cfg: Any) -> list[Figure]:
     raw_ptr = ctypes.addressof(raw_mem)
     n1, zero = np.int32(1), np.int32(0)
     c_void_p, c_int32 = ctypes.c_void_p, ctypes.c_int32
+    # iota_i32 is a data-parallel kernel (PYOFFLOAD_KERNEL): its first parameter is the launch's
+    # pyoffload_groups, which the kernel writes (its trap context).  Called without one, it wrote
+    # past the end of raw_mem and corrupted the heap.
+    from pyoffload.host.plugin import _Groups
+    one = (ctypes.c_uint64 * 3)(1, 1, 1)
+    groups = ctypes.byref(_Groups(one, one, 0, 1))
 
     def ours_prepared(n: int) -> None:
         for _ in range(n):
@@ -190,7 +196,7 @@ def _host(d: Dev, cfg: Any) -> list[Figure]:
 
     def raw_args(n: int) -> None:
         for _ in range(n):
-            fn_iota(c_void_p(raw_ptr), c_int32(1), c_int32(0))
+            fn_iota(groups, c_void_p(raw_ptr), c_int32(1), c_int32(0))
 
     t = measure({"ours_prepared": ours_prepared, "raw_prepared": raw_prepared,
                  "ours_args": ours_args, "raw_args": raw_args}, cfg.n(2000), cfg.repeats)
@@ -199,7 +205,8 @@ def _host(d: Dev, cfg: Any) -> list[Figure]:
         Figure(SUITE, "prepared launch (queue.prepare(...)())", "host", "noop", "us", us(t["ours_prepared"]),
                "direct ctypes call of the same function", us(t["raw_prepared"]), note=note),
         Figure(SUITE, "launch with args each time (queue.launch)", "host", "iota_i32(ptr, i32, i32)", "us",
-               us(t["ours_args"]), "direct ctypes call, ctypes args built per call", us(t["raw_args"]), note=note),
+               us(t["ours_args"]), "direct ctypes call (with its work-group range), ctypes args built per call",
+               us(t["raw_args"]), note=note),
     ]
     prog.unload()
     pyoffload.free(buf)
