@@ -721,9 +721,9 @@ pool_alloc(PoolBase *pool, PyObject *size_obj)
     Py_INCREF(block);
     if (PyList_SetSlice(list, n - 1, n, NULL) < 0)
         goto fail_block;
-    if (n == 1) {
+    if (n == 1) {  /* the list stays, empty, for the block's return; the size leaves _sizes */
         Py_ssize_t i = sizes_position(pool->sizes, need);
-        if (PyDict_DelItem(pool->lists, need_key) < 0 || PyList_SetSlice(pool->sizes, i, i + 1, NULL) < 0)
+        if (PyList_SetSlice(pool->sizes, i, i + 1, NULL) < 0)
             goto fail_block;
     }
     block->free = 0;
@@ -1009,12 +1009,14 @@ fast_free(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     block->seq = 0;
     pool->in_use -= (long long)block->size;
     block->free = 1;
+    int was_empty = list == NULL || PyList_GET_SIZE(list) == 0;
     if (list != NULL) {
         if (PyList_Append(list, (PyObject *)block) < 0)
             goto fail;
-    } else {
-        if (PyList_Append(new_list, (PyObject *)block) < 0 || PyDict_SetItem(pool->lists, size_key, new_list) < 0)
-            goto fail;
+    } else if (PyList_Append(new_list, (PyObject *)block) < 0 || PyDict_SetItem(pool->lists, size_key, new_list) < 0) {
+        goto fail;
+    }
+    if (was_empty) {  /* the size has a free block again: back into _sizes */
         Py_ssize_t i = sizes_position(pool->sizes, block->size);
         if (PyList_Insert(pool->sizes, i, size_key) < 0)
             goto fail;

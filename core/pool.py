@@ -104,7 +104,7 @@ class CachingAllocator(PoolBase):
         self.limit: int | None = None  # most bytes reserved from the backend; None: no limit
         self.on_exhausted = on_exhausted
         self._lock = Lock()
-        self._lists = {}  # free blocks by size
+        self._lists = {}  # free blocks by size; a size's list may be empty (the fast path keeps it)
         self._sizes = []  # sizes with a non-empty list, sorted (for best fit)
         self._segments: dict[int, Segment] = {}
         self.in_use = 0
@@ -168,11 +168,10 @@ class CachingAllocator(PoolBase):
             self.in_use -= block.size
             block.free = True
             free = self._lists.get(block.size)
-            if free is not None:  # written out: the common case is counted in frames
+            if free:  # written out: the common case is counted in frames
                 free.append(block)
             else:
-                self._lists[block.size] = [block]
-                insort(self._sizes, block.size)
+                self._put(block)
         finally:
             lock.release()
 
@@ -181,11 +180,14 @@ class CachingAllocator(PoolBase):
     def _put(self, block: Block) -> None:
         block.free = True
         free = self._lists.get(block.size)
+        if free:
+            free.append(block)
+            return
         if free is None:
             self._lists[block.size] = [block]
-            insort(self._sizes, block.size)
-        else:
+        else:  # kept, empty, by the fast path (see _lists)
             free.append(block)
+        insort(self._sizes, block.size)
 
     def _unlist(self, block: Block) -> None:
         free = self._lists[block.size]
