@@ -225,6 +225,28 @@ static PyTypeObject LockType = {
 
 #define LOCK_HELD(obj) ((obj) != NULL && Py_TYPE(obj) == &LockType && ((Lock *)(obj))->held)
 
+/* traverse, clear and dealloc of a garbage-collected type, from the list of its object fields
+ * (an X-macro: FIELDS(X) applies X to each field). */
+#define VISIT_FIELD(f) Py_VISIT(self->f);
+#define CLEAR_FIELD(f) Py_CLEAR(self->f);
+#define GC_FUNCTIONS(Type, FIELDS)                                  \
+    static int Type##_traverse(Type *self, visitproc visit, void *arg) \
+    {                                                               \
+        FIELDS(VISIT_FIELD)                                         \
+        return 0;                                                   \
+    }                                                               \
+    static int Type##_clear(Type *self)                             \
+    {                                                               \
+        FIELDS(CLEAR_FIELD)                                         \
+        return 0;                                                   \
+    }                                                               \
+    static void Type##_dealloc(Type *self)                          \
+    {                                                               \
+        PyObject_GC_UnTrack(self);                                  \
+        Type##_clear(self);                                         \
+        Py_TYPE(self)->tp_free((PyObject *)self);                   \
+    }
+
 /* ------------------------------------------------------------------------------------------ */
 /* AllocationBase                                                                              */
 /* ------------------------------------------------------------------------------------------ */
@@ -238,41 +260,8 @@ typedef struct {
     Py_ssize_t dl_exports;
 } AllocationBase;
 
-static int
-AllocationBase_traverse(AllocationBase *self, visitproc visit, void *arg)
-{
-    Py_VISIT(self->kind);
-    Py_VISIT(self->device);
-    Py_VISIT(self->context);
-    Py_VISIT(self->origin);
-    Py_VISIT(self->owner);
-    Py_VISIT(self->pool_block);
-    Py_VISIT(self->source_pool);
-    Py_VISIT(self->users);
-    return 0;
-}
-
-static int
-AllocationBase_clear(AllocationBase *self)
-{
-    Py_CLEAR(self->kind);
-    Py_CLEAR(self->device);
-    Py_CLEAR(self->context);
-    Py_CLEAR(self->origin);
-    Py_CLEAR(self->owner);
-    Py_CLEAR(self->pool_block);
-    Py_CLEAR(self->source_pool);
-    Py_CLEAR(self->users);
-    return 0;
-}
-
-static void
-AllocationBase_dealloc(AllocationBase *self)
-{
-    PyObject_GC_UnTrack(self);
-    AllocationBase_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
+#define ALLOCATIONBASE_FIELDS(X) X(kind) X(device) X(context) X(origin) X(owner) X(pool_block) X(source_pool) X(users)
+GC_FUNCTIONS(AllocationBase, ALLOCATIONBASE_FIELDS)
 
 static PyMemberDef AllocationBase_members[] = {
     {"size", T_ULONGLONG, offsetof(AllocationBase, size), 0, "bytes requested"},
@@ -318,33 +307,8 @@ typedef struct {
     long long seq;
 } BlockBase;
 
-static int
-BlockBase_traverse(BlockBase *self, visitproc visit, void *arg)
-{
-    Py_VISIT(self->segment);
-    Py_VISIT(self->prev);
-    Py_VISIT(self->next);
-    Py_VISIT(self->queue);
-    return 0;
-}
-
-static int
-BlockBase_clear(BlockBase *self)
-{
-    Py_CLEAR(self->segment);
-    Py_CLEAR(self->prev);
-    Py_CLEAR(self->next);
-    Py_CLEAR(self->queue);
-    return 0;
-}
-
-static void
-BlockBase_dealloc(BlockBase *self)
-{
-    PyObject_GC_UnTrack(self);
-    BlockBase_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
+#define BLOCKBASE_FIELDS(X) X(segment) X(prev) X(next) X(queue)
+GC_FUNCTIONS(BlockBase, BLOCKBASE_FIELDS)
 
 static PyMemberDef BlockBase_members[] = {
     {"ptr", T_ULONGLONG, offsetof(BlockBase, ptr), 0, "the block's address"},
@@ -385,31 +349,7 @@ typedef struct {
 #define FASTSTATE_FIELDS(X) X(rt) X(live_state) X(host_kind) X(entries) X(to_add) X(to_remove) \
     X(reg_lock) X(live_per_space) X(claim_lock) X(alloc_type)
 
-static int
-FastState_traverse(FastState *self, visitproc visit, void *arg)
-{
-#define VISIT(f) Py_VISIT(self->f);
-    FASTSTATE_FIELDS(VISIT)
-#undef VISIT
-    return 0;
-}
-
-static int
-FastState_clear(FastState *self)
-{
-#define CLEAR(f) Py_CLEAR(self->f);
-    FASTSTATE_FIELDS(CLEAR)
-#undef CLEAR
-    return 0;
-}
-
-static void
-FastState_dealloc(FastState *self)
-{
-    PyObject_GC_UnTrack(self);
-    FastState_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
+GC_FUNCTIONS(FastState, FASTSTATE_FIELDS)
 
 static int
 FastState_init(FastState *self, PyObject *args, PyObject *kwds)
@@ -466,45 +406,8 @@ typedef struct {
     unsigned long long max_alloc;
 } PoolBase;
 
-static int
-PoolBase_traverse(PoolBase *self, visitproc visit, void *arg)
-{
-    Py_VISIT(self->lists);
-    Py_VISIT(self->sizes);
-    Py_VISIT(self->lock);
-    Py_VISIT(self->max_request);
-    Py_VISIT(self->state);
-    Py_VISIT(self->ctx);
-    Py_VISIT(self->device);
-    Py_VISIT(self->kind);
-    Py_VISIT(self->space);
-    Py_VISIT(self->owned);
-    return 0;
-}
-
-static int
-PoolBase_clear(PoolBase *self)
-{
-    Py_CLEAR(self->lists);
-    Py_CLEAR(self->sizes);
-    Py_CLEAR(self->lock);
-    Py_CLEAR(self->max_request);
-    Py_CLEAR(self->state);
-    Py_CLEAR(self->ctx);
-    Py_CLEAR(self->device);
-    Py_CLEAR(self->kind);
-    Py_CLEAR(self->space);
-    Py_CLEAR(self->owned);
-    return 0;
-}
-
-static void
-PoolBase_dealloc(PoolBase *self)
-{
-    PyObject_GC_UnTrack(self);
-    PoolBase_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
+#define POOLBASE_FIELDS(X) X(lists) X(sizes) X(lock) X(max_request) X(state) X(ctx) X(device) X(kind) X(space) X(owned)
+GC_FUNCTIONS(PoolBase, POOLBASE_FIELDS)
 
 static PyObject *
 PoolBase_enable_fast_path(PoolBase *self, PyObject *args)
@@ -805,29 +708,8 @@ typedef struct {
     PyObject *entries;  /* list of (device, kind, pool) tuples; device None for HOST */
 } Lanes;
 
-static int
-Lanes_traverse(Lanes *self, visitproc visit, void *arg)
-{
-    Py_VISIT(self->host_kind);
-    Py_VISIT(self->entries);
-    return 0;
-}
-
-static int
-Lanes_clear_refs(Lanes *self)
-{
-    Py_CLEAR(self->host_kind);
-    Py_CLEAR(self->entries);
-    return 0;
-}
-
-static void
-Lanes_dealloc(Lanes *self)
-{
-    PyObject_GC_UnTrack(self);
-    Lanes_clear_refs(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
+#define LANES_FIELDS(X) X(host_kind) X(entries)
+GC_FUNCTIONS(Lanes, LANES_FIELDS)
 
 static int
 Lanes_init(Lanes *self, PyObject *args, PyObject *kwds)
@@ -857,7 +739,7 @@ Lanes_add(Lanes *self, PyObject *args)
 }
 
 static PyObject *
-Lanes_clear(Lanes *self, PyObject *Py_UNUSED(ignored))
+Lanes_forget(Lanes *self, PyObject *Py_UNUSED(ignored))
 {
     if (PyList_SetSlice(self->entries, 0, PyList_GET_SIZE(self->entries), NULL) < 0)
         return NULL;
@@ -889,7 +771,7 @@ Lanes_alloc(Lanes *self, PyObject *const *args, Py_ssize_t nargs)
 
 static PyMethodDef Lanes_methods[] = {
     {"add", (PyCFunction)Lanes_add, METH_VARARGS, "add(device, kind, pool): the pool of (device, kind)."},
-    {"clear", (PyCFunction)Lanes_clear, METH_NOARGS, "Forget every pool (the context is closing)."},
+    {"clear", (PyCFunction)Lanes_forget, METH_NOARGS, "Forget every pool (the context is closing)."},
     {"alloc", (PyCFunction)(void (*)(void))Lanes_alloc, METH_FASTCALL,
      "alloc(device, size, kind): a new Allocation from the pool's free list, or None (not handled)."},
     {NULL}
@@ -905,7 +787,7 @@ static PyTypeObject LanesType = {
     .tp_init = (initproc)Lanes_init,
     .tp_dealloc = (destructor)Lanes_dealloc,
     .tp_traverse = (traverseproc)Lanes_traverse,
-    .tp_clear = (inquiry)Lanes_clear_refs,
+    .tp_clear = (inquiry)Lanes_clear,
     .tp_methods = Lanes_methods,
 };
 
