@@ -17,6 +17,7 @@ from typing import Any
 from .context import GenericContext
 from .device import GenericDevice
 from .enums import AllocKind
+from ._launch import EventBase, PreparedBase, configure
 from .errors import InvalidArgumentError, OffloadError, got
 from .launch import Binder, binder, dimensions
 from .memory import Allocation, allocate, claim, release, unclaim
@@ -24,7 +25,7 @@ from .program import LOADED, Kernel, Program
 from .queue_core import Marker, QueueCore, waiter
 from .transfer import memcpy, memfill
 
-_new = object.__new__
+_new = EventBase.__new__
 
 
 class Queue(QueueCore):
@@ -150,13 +151,8 @@ class Queue(QueueCore):
         prog = kernel.program
         if prog.device is not self.device or prog.context is not self.context:
             raise self._foreign_kernel("launch", kernel)
-        seq, marker = self.enqueue_launch(prog, allocs, self.disp.raw.launch_impl,
-                                      (self.dh, self.handle, kernel.handle, g, b, packed))
-        if marker is not None:
-            return self.event_for(seq, marker)
-        ev = _new(Event)
-        ev.queue, ev.seq, ev.marker = self, seq, None
-        return ev
+        return self.enqueue_launch(prog, allocs, self.disp.raw.launch_impl,  # type: ignore[no-any-return]
+                                   (self.dh, self.handle, kernel.handle, g, b, packed))
 
     def _foreign_kernel(self, what: str, kernel: Kernel) -> InvalidArgumentError:
         prog = kernel.program
@@ -248,46 +244,11 @@ class Queue(QueueCore):
         release(alloc, self, seq)
         return self.event_for(seq)
 
-    def enqueue_launch(self, prog: Program, allocs: Sequence[Allocation], fn: Callable[..., None],
-                           args: tuple[Any, ...]) -> tuple[int, Marker | None]:
-        """Hand one launch to the backend (``fn(*args)``: ``launch_impl`` unwrapped, or a prepared
-        launch's function; a failure is worded here) in the queue's order; its sequence number
-        and, on a profiling queue, its timestamp marker.  The launch records itself as a user of its
-        program and allocations before it checks they are still alive (see the module docstring)."""
-        with self._lock:
-            if not self.live:
-                raise self.dead()
-            seq = self.seq + 1
-            prog.users[self] = seq
-            for a in allocs:
-                users = a.users
-                if users is None:
-                    a.users = {self: seq}
-                else:
-                    users[self] = seq
-            if prog.state is not LOADED:
-                prog.check_loaded()
-            for a in allocs:
-                if not a.live:
-                    raise InvalidArgumentError(f"launch of a kernel of {prog!r}: {a!r} was freed")
-            if self.backlog is None:
-                try:
-                    fn(*args)
-                except OffloadError:
-                    raise
-                except Exception as exc:
-                    raise self.disp.failure("launch_impl", exc) from exc
-                self.submitted = seq
-            else:
-                self.backlog.append(("op", seq, (fn, args, None)))
-            self.seq = seq
-            return seq, (self.mark_locked(owned=True) if self.profiling else None)
-
     def __repr__(self) -> str:
         return f"<pyoffload.Queue on {self.device.id}{'' if self.live else ' destroyed'}>"
 
 
-class PreparedLaunch:
+class PreparedLaunch(PreparedBase):
     """A launch checked and bound once (``Queue.prepare``); ``launch()`` or ``()`` enqueues it.
 
     The backend's prepared function is called directly when no wrapper plugin is registered;
@@ -295,15 +256,17 @@ class PreparedLaunch:
     The checks (queue live, program loaded, bound allocations live, wrappers unchanged) are
     repeated only when the runtime's epoch moved: anything that could invalidate them (a free of
     memory a prepared launch uses, an unload, a queue destroyed, a wrapper added or removed,
-    shutdown) moves it.
+    shutdown) moves it.  The call itself is C (``PreparedBase``, core/_launch.c): the epoch
+    compare, then ``Queue.enqueue_launch``.
     """
 
-    __slots__ = ("queue", "kernel", "grid", "block", "args", "_allocs", "_fast", "_call", "_epoch", "_binder")
+    __slots__ = ()
 
     def __init__(self, queue: Queue, kernel: Kernel, grid: tuple[int, int, int], block: tuple[int, int, int],
                  args: Any, allocs: tuple[Allocation, ...], fast: Callable[[], None] | None, bind: Binder) -> None:
         self.queue = queue
         self.kernel = kernel
+        self._program = kernel.program
         self.grid = grid
         self.block = block
         self.args = args
@@ -313,7 +276,7 @@ class PreparedLaunch:
         self._fast = fast
         self._binder = bind
         self._epoch = -1
-        self._call: Callable[[], Any] = self._through_hook
+        self._call = self._through_hook
 
     def _through_hook(self) -> None:
         q = self.queue
@@ -323,28 +286,15 @@ class PreparedLaunch:
         q = self.queue
         epoch = q.rt.epoch
         q.check_live()
-        self.kernel.program.check_loaded()
+        self._program.check_loaded()
         for a in self._allocs:
             if not a.live:
                 raise InvalidArgumentError(f"prepared launch of {self.kernel.name!r}: {a!r} was freed")
         self._call = self._fast if self._fast is not None and q.disp.direct else self._through_hook
         self._epoch = epoch
 
-    def __call__(self) -> Event:
-        q = self.queue
-        if self._epoch != q.rt.epoch:
-            self._revalidate()
-        seq, marker = q.enqueue_launch(self.kernel.program, self._allocs, self._call, ())
-        if marker is not None:
-            return q.event_for(seq, marker)
-        ev = _new(Event)
-        ev.queue, ev.seq, ev.marker = q, seq, None
-        return ev
 
-    launch = __call__
-
-
-class Event:
+class Event(EventBase):
     """The completion of one enqueued operation.
 
     ``wait()`` blocks until it has completed (and raises if it was a host function that failed);
@@ -354,7 +304,7 @@ class Event:
     ``Queue.record()`` events, and every event of a profiling queue, are exact.
     """
 
-    __slots__ = ("queue", "seq", "marker", "__weakref__")
+    __slots__ = ("__weakref__",)  # queue, seq, marker: C members of EventBase (core/_launch.c)
 
     queue: Queue
     seq: int
@@ -396,3 +346,5 @@ class Event:
         state = "complete" if self.seq <= self.queue.done else "pending"
         return f"<pyoffload.Event #{self.seq} on {self.queue.device.id} {state}>"
 
+
+configure(Event, LOADED, OffloadError, InvalidArgumentError)

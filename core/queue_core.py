@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import settings
+from ._launch import QueueBase
 from .errors import BackendError, Errc, InvalidHandleError, OffloadError, UnsupportedError
 from .runtime import dead_runtime_error, warn_teardown
 
@@ -77,9 +78,12 @@ def running_host_function() -> tuple[QueueCore, int] | None:
     return running[-1] if running else None
 
 
-class QueueCore:
+class QueueCore(QueueBase):
     """A backend queue on one device plus its ledger.  The public ``pyoffload.Queue`` and the
-    contexts' internal queues (for the synchronous operations) are both one."""
+    contexts' internal queues (for the synchronous operations) are both one.  The fields a launch
+    touches (``_lock``, ``rt``, ``disp``, ``backlog``, ``seq``, ``submitted``, ``live``,
+    ``profiling``) are C members of ``QueueBase``, whose ``enqueue_launch`` hands a launch over in
+    one C call (core/_launch.c)."""
 
     def __init__(self, device: Any, context: Any, profiling: bool, name: str, native: Any = None) -> None:
         self.device = device

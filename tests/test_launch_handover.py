@@ -1,0 +1,189 @@
+"""A launch's hand-over to its queue in C (``pyoffload._launch``: ``Queue.enqueue_launch`` and
+the call of a ``PreparedLaunch``).
+
+The rules are those of core/queue.py: users recorded before the liveness checks, the queue's lock
+released on every path (errors included), a backend exception that is not an ``OffloadError``
+worded by the dispatcher and chained, the backlog keeping the queue's order, a profiling queue's
+events carrying timestamps, and enqueues from many threads each getting one sequence number.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+import pyoffload
+from pyoffload import BackendError, Errc, InvalidArgumentError, OffloadError
+from pyoffload._launch import EventBase, PreparedBase, QueueBase
+
+SOURCE = """
+#include <stdint.h>
+void noop(void) {}
+void add_one(int32_t *out) { out[0] += 1; }
+"""
+
+
+@pytest.fixture
+def prog(host: Any) -> Iterator[Any]:
+    p = host.build_program(SOURCE)
+    yield p
+    if p.loaded:
+        p.unload()
+
+
+@pytest.fixture
+def queue(host: Any) -> Iterator[Any]:
+    q = host.create_queue()
+    yield q
+    if q.live:
+        q.destroy()
+
+
+def test_the_types_are_the_c_bases(queue: Any, prog: Any) -> None:
+    launch = queue.prepare(prog.kernel("noop"), 1, 1)
+    ev = launch()
+    assert isinstance(queue, QueueBase) and isinstance(launch, PreparedBase) and isinstance(ev, EventBase)
+    assert type(ev) is pyoffload.Event and ev.queue is queue and ev.seq == queue.seq
+    ev.wait()
+    assert ev.is_complete
+
+
+def test_a_launch_records_its_users_before_it_returns(host: Any, queue: Any, prog: Any) -> None:
+    a = host.alloc(4)
+    pyoffload.memcpy(a, np.zeros(1, np.int32))
+    launch = queue.prepare(prog.kernel("add_one"), 1, 1, [a])
+    ev = launch()
+    assert a.users[queue] == ev.seq and prog.users[queue] == ev.seq
+    ev2 = queue.launch(prog.kernel("add_one"), 1, 1, [a])
+    assert ev2.seq == ev.seq + 1 and a.users[queue] == ev2.seq
+    queue.wait()
+    out = np.zeros(1, np.int32)
+    pyoffload.memcpy(out, a)
+    assert out[0] == 2
+    a.free()
+
+
+def test_errors_leave_the_lock_free(host: Any, queue: Any, prog: Any) -> None:
+    a = host.alloc(4)
+    launch = queue.prepare(prog.kernel("add_one"), 1, 1, [a])
+    a.free()
+    for _ in range(2):
+        with pytest.raises(InvalidArgumentError, match="was freed"):
+            launch()
+        assert not queue._lock.locked()
+    with pytest.raises(TypeError, match="no arguments"):
+        launch(1)
+    # the queue still works, and no sequence number was spent on the refused launches
+    before = queue.seq
+    queue.launch(prog.kernel("noop"), 1, 1).wait()
+    assert queue.seq == before + 1
+
+
+def test_a_foreign_exception_is_worded_and_chained(queue: Any, prog: Any) -> None:
+    def boom() -> None:
+        raise ValueError("the vendor said no")
+
+    with pytest.raises(BackendError) as err:
+        queue.enqueue_launch(prog, (), boom, ())
+    assert isinstance(err.value.__cause__, ValueError) and "the vendor said no" in str(err.value)
+    assert err.value.__cause__.__traceback__ is not None
+    assert not queue._lock.locked()
+
+    def refuse() -> None:
+        raise InvalidArgumentError("refused as it is")
+
+    with pytest.raises(InvalidArgumentError, match="refused as it is") as err2:
+        queue.enqueue_launch(prog, [], refuse, ())
+    assert err2.value.__cause__ is None
+    with pytest.raises(TypeError):
+        queue.enqueue_launch(prog, (), refuse)  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        queue.enqueue_launch(prog, (), refuse, [])
+    assert not queue._lock.locked()
+
+
+def test_destroyed_queue_and_unloaded_program(host: Any, prog: Any) -> None:
+    q = host.create_queue()
+    launch = q.prepare(prog.kernel("noop"), 1, 1)
+    q.destroy()
+    with pytest.raises(OffloadError) as err:
+        q.enqueue_launch(prog, (), lambda: None, ())
+    assert err.value.errc is Errc.INVALID_QUEUE and str(err.value) == str(q.dead())
+    with pytest.raises(OffloadError) as err:
+        launch()
+    assert err.value.errc is Errc.INVALID_QUEUE
+    q2 = host.create_queue()
+    called: list[int] = []
+    prog.unload()
+    with pytest.raises(OffloadError) as err:
+        q2.enqueue_launch(prog, (), lambda: called.append(1), ())
+    assert err.value.errc is Errc.INVALID_PROGRAM and not called
+    q2.destroy()
+
+
+def test_profiling_events_have_timestamps(host: Any, prog: Any) -> None:
+    q = host.create_queue(profiling=True)
+    launch = q.prepare(prog.kernel("noop"), 1, 1)
+    first, second = launch(), q.launch(prog.kernel("noop"), 1, 1)
+    assert first.marker is not None and second.marker is not None
+    assert second.elapsed_ms(first) >= 0.0
+    q.destroy()
+
+
+def test_the_backlog_keeps_the_order(host: Any, queue: Any, prog: Any) -> None:
+    a = host.alloc(4)
+    pyoffload.memcpy(a, np.zeros(1, np.int32))
+    gate = threading.Event()
+    seen: list[int] = []
+
+    def read() -> None:
+        out = np.zeros(1, np.int32)
+        pyoffload.memcpy(out, a)
+        seen.append(int(out[0]))
+
+    queue._native_host_functions = False  # as a backend without them: the queue keeps a backlog
+    queue.launch_host_function(gate.wait)  # ... until the gate opens
+    try:
+        launch = queue.prepare(prog.kernel("add_one"), 1, 1, [a])
+        events = [launch() for _ in range(3)]
+        queue.launch_host_function(read)
+        assert queue.backlog is not None and not any(ev.is_complete for ev in events)
+    finally:
+        gate.set()
+    queue.wait()
+    assert seen == [3] and [ev.seq for ev in events] == list(range(events[0].seq, events[0].seq + 3))
+    a.free()
+
+
+def test_threads_each_get_one_sequence_number(host: Any, queue: Any, prog: Any) -> None:
+    a = host.alloc(4)
+    pyoffload.memcpy(a, np.zeros(1, np.int32))
+    launch = queue.prepare(prog.kernel("add_one"), 1, 1, [a])
+    kernel = prog.kernel("add_one")
+    per_thread, threads = 200, 4
+    seqs: list[list[int]] = [[] for _ in range(threads)]
+    start = queue.seq
+
+    def work(i: int) -> None:
+        for j in range(per_thread):
+            ev = launch() if j % 2 else queue.launch(kernel, 1, 1, [a])
+            seqs[i].append(ev.seq)
+
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    queue.wait()
+    every = sorted(s for part in seqs for s in part)
+    assert every == list(range(start + 1, start + 1 + threads * per_thread))
+    assert all(part == sorted(part) for part in seqs)  # each thread's launches in its order
+    out = np.zeros(1, np.int32)
+    pyoffload.memcpy(out, a)
+    assert out[0] == threads * per_thread
+    assert queue.submitted == queue.seq and not queue._lock.locked()
+    a.free()
