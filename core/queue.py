@@ -111,7 +111,8 @@ class Queue(QueueCore):
         """Block until everything enqueued so far has completed; raise a failure (a host
         function's error) once.  Waiting on a queue from one of its own host functions is an
         ``INVALID_QUEUE`` error."""
-        self.synchronize()
+        if self.seq > self.done or self.unchecked or self._unreported or not self.live:
+            self.synchronize()  # an idle queue, the common case of a wait in a loop, is one frame
 
     def destroy(self) -> None:
         """Wait for outstanding work and release the queue; using it afterwards is an error."""
