@@ -616,11 +616,13 @@ pool_alloc(PoolBase *pool, PyObject *size_obj)
     end = ptr_key ? PyLong_FromUnsignedLongLong(block->ptr + size) : NULL;
     if (end == NULL)
         goto decline;
-    int clash = PyDict_Contains(st->entries, ptr_key);
-    if (clash != 0)
-        goto decline;
-
-    /* Take the block. */
+    /* Record it (one lookup: the clash check and the insert), then take the block. */
+    PyTuple_SET_ITEM(entry, 0, end);
+    PyTuple_SET_ITEM(entry, 1, Py_NewRef(alloc));
+    end = NULL;
+    PyObject *present = PyDict_SetDefault(st->entries, ptr_key, entry);  /* borrowed */
+    if (present != entry)
+        goto decline;  /* a live entry at this address (or an error): the Python path decides */
     Py_INCREF(block);
     if (PyList_SetSlice(list, n - 1, n, NULL) < 0)
         goto fail_block;
@@ -655,14 +657,9 @@ pool_alloc(PoolBase *pool, PyObject *size_obj)
     a->live = 1;
     a->dl_exports = 0;
 
-    /* Record it. */
-    PyTuple_SET_ITEM(entry, 0, end);
-    PyTuple_SET_ITEM(entry, 1, Py_NewRef(alloc));
-    end = NULL;
-    if (PyDict_SetItem(st->entries, ptr_key, entry) < 0)
-        goto fail;
-    int pending = PySet_Contains(st->to_remove, ptr_key);
-    if (pending < 0 || (pending ? PySet_Discard(st->to_remove, ptr_key) : PySet_Add(st->to_add, ptr_key)) < 0)
+    /* The index learns of it lazily. */
+    int pending = PySet_Discard(st->to_remove, ptr_key);  /* 1: a removal was pending, and cancels */
+    if (pending < 0 || (!pending && PySet_Add(st->to_add, ptr_key) < 0))
         goto fail;
     if (count_space(st, pool->space, 1) < 0 || PyDict_SetItem(owned, id_key, alloc) < 0)
         goto fail;
@@ -675,7 +672,14 @@ pool_alloc(PoolBase *pool, PyObject *size_obj)
 
 fail_block:
     Py_DECREF(block);
-fail:  /* out of memory half-way: report it */
+fail:  /* out of memory half-way: report it, and leave no entry behind */
+    if (PyDict_GetItemWithError(st->entries, ptr_key) == entry) {
+        PyObject *exc_type, *exc_value, *exc_tb;
+        PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
+        if (PyDict_DelItem(st->entries, ptr_key) < 0)
+            PyErr_Clear();
+        PyErr_Restore(exc_type, exc_value, exc_tb);
+    }
     Py_XDECREF(alloc);
     Py_XDECREF(entry);
     Py_XDECREF(need_key);
@@ -865,9 +869,11 @@ fast_free(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PyObject *entry = PyDict_GetItemWithError(st->entries, ptr_key);  /* borrowed */
     if (entry == NULL || !PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2 || PyTuple_GET_ITEM(entry, 1) != aobj)
         goto decline;
-    list = PyDict_GetItemWithError(pool->lists, size_key);  /* again: a finalizer may have run */
-    if (list == NULL && (PyErr_Occurred() || new_list == NULL))
-        goto decline;
+    if (new_list != NULL) {  /* its creation may have run a finalizer: look again */
+        list = PyDict_GetItemWithError(pool->lists, size_key);
+        if (list == NULL && PyErr_Occurred())
+            goto decline;
+    }
     if (list != NULL && !PyList_CheckExact(list))
         goto decline;
 
@@ -876,15 +882,17 @@ fast_free(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     a->base.exportable = 0;
     if (PyDict_DelItem(st->entries, ptr_key) < 0)
         goto fail;
-    int pending = PySet_Contains(st->to_add, ptr_key);
-    if (pending < 0 || (pending ? PySet_Discard(st->to_add, ptr_key) : PySet_Add(st->to_remove, ptr_key)) < 0)
+    int pending = PySet_Discard(st->to_add, ptr_key);  /* 1: the index never learnt of it */
+    if (pending < 0 || (!pending && PySet_Add(st->to_remove, ptr_key) < 0))
         goto fail;
     if ((next_epoch != NULL && PyObject_SetAttr(st->rt, str_epoch, next_epoch) < 0) ||
         count_space(st, pool->space, -1) < 0)
         goto fail;
-    int mine = PyDict_Contains(owned, id_key);
-    if (mine < 0 || (mine && PyDict_DelItem(owned, id_key) < 0))
-        goto fail;
+    if (PyDict_DelItem(owned, id_key) < 0) {  /* absent (the context forgot it already) is fine */
+        if (!PyErr_ExceptionMatches(PyExc_KeyError))
+            goto fail;
+        PyErr_Clear();
+    }
 
     /* Give the block back. */
     Py_XSETREF(block->queue, Py_NewRef(Py_None));
