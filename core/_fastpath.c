@@ -751,26 +751,33 @@ Lanes_forget(Lanes *self, PyObject *Py_UNUSED(ignored))
 }
 
 static PyObject *
+lanes_alloc(Lanes *self, PyObject *device, PyObject *size, PyObject *kind)
+{
+    if (kind == self->host_kind)
+        device = Py_None;
+    PyObject *entries = self->entries;
+    if (entries == NULL)
+        Py_RETURN_NONE;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(entries); i++) {
+        PyObject *t = PyList_GET_ITEM(entries, i);
+        if (PyTuple_GET_ITEM(t, 0) == device && PyTuple_GET_ITEM(t, 1) == kind) {
+            PyObject *pool = Py_NewRef(PyTuple_GET_ITEM(t, 2));
+            PyObject *r = pool_alloc((PoolBase *)pool, size);
+            Py_DECREF(pool);
+            return r;
+        }
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
 Lanes_alloc(Lanes *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 3) {
         PyErr_SetString(PyExc_TypeError, "alloc(device, size, kind) takes three arguments");
         return NULL;
     }
-    PyObject *device = args[0], *kind = args[2];
-    if (kind == self->host_kind)
-        device = Py_None;
-    PyObject *entries = self->entries;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(entries); i++) {
-        PyObject *t = PyList_GET_ITEM(entries, i);
-        if (PyTuple_GET_ITEM(t, 0) == device && PyTuple_GET_ITEM(t, 1) == kind) {
-            PyObject *pool = Py_NewRef(PyTuple_GET_ITEM(t, 2));
-            PyObject *r = pool_alloc((PoolBase *)pool, args[1]);
-            Py_DECREF(pool);
-            return r;
-        }
-    }
-    Py_RETURN_NONE;
+    return lanes_alloc(self, args[0], args[1], args[2]);
 }
 
 static PyMethodDef Lanes_methods[] = {
@@ -970,6 +977,181 @@ inside_allocator(PyObject *module, PyObject *Py_UNUSED(ignored))
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* Entry points                                                                                */
+/* ------------------------------------------------------------------------------------------ */
+
+/* The public Device.alloc and pyoffload.free, as C callables in front of their Python functions.
+ * A call the fast path serves enters no Python frame; any other call (keyword arguments, a
+ * declined request, an error) goes to the Python function, which is the reference path and
+ * carries the signature and the docstring (attributes are read through to it). */
+typedef struct {
+    PyObject_HEAD
+    PyObject *fallback;      /* the Python function */
+    PyObject *default_kind;  /* alloc: AllocKind.DEVICE; NULL for free */
+    vectorcallfunc vectorcall;
+} Entry;
+
+#define ENTRY_FIELDS(X) X(fallback) X(default_kind)
+GC_FUNCTIONS(Entry, ENTRY_FIELDS)
+
+static PyObject *fast_free(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+static PyObject *str_platform, *str_default_context_slot, *str_live, *str_lanes;
+
+static PyObject *
+free_entry_call(Entry *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    if (kwnames == NULL && (n == 1 || n == 2)) {
+        PyObject *r = fast_free(NULL, args, n);
+        if (r == NULL)
+            return NULL;
+        Py_DECREF(r);
+        if (r == Py_True)
+            Py_RETURN_NONE;
+    }
+    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+/* device.platform.default_context_slot.lanes when that context is live, else NULL (no error). */
+static PyObject *
+default_lanes(PyObject *device)
+{
+    PyObject *platform = PyObject_GetAttr(device, str_platform);
+    PyObject *ctx = platform ? PyObject_GetAttr(platform, str_default_context_slot) : NULL;
+    Py_XDECREF(platform);
+    PyObject *live = ctx ? PyObject_GetAttr(ctx, str_live) : NULL;
+    PyObject *lanes = live == Py_True ? PyObject_GetAttr(ctx, str_lanes) : NULL;
+    Py_XDECREF(ctx);
+    Py_XDECREF(live);
+    if (lanes != NULL && Py_TYPE(lanes) != &LanesType)
+        Py_CLEAR(lanes);
+    if (lanes == NULL && PyErr_Occurred())
+        PyErr_Clear();
+    return lanes;
+}
+
+static PyObject *
+alloc_entry_call(Entry *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    if (kwnames == NULL && (n == 2 || n == 3)) {
+        PyObject *lanes = default_lanes(args[0]);
+        if (lanes != NULL) {
+            PyObject *r = lanes_alloc((Lanes *)lanes, args[0], args[1], n == 3 ? args[2] : self->default_kind);
+            Py_DECREF(lanes);
+            if (r != Py_None)
+                return r;  /* the allocation, or NULL with an error */
+            Py_DECREF(r);
+        }
+    }
+    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+}
+
+static PyObject *
+Entry_call(Entry *self, PyObject *args, PyObject *kwds)
+{
+    return PyVectorcall_Call((PyObject *)self, args, kwds);
+}
+
+/* A method when it is a class attribute (Device.alloc); Py_TPFLAGS_METHOD_DESCRIPTOR lets the
+ * interpreter call it with the instance first without making a bound method. */
+static PyObject *
+Entry_get(PyObject *self, PyObject *obj, PyObject *type)
+{
+    if (obj == NULL || obj == Py_None)
+        return Py_NewRef(self);
+    return PyMethod_New(self, obj);
+}
+
+static PyObject *
+Entry_getattro(Entry *self, PyObject *name)
+{
+    PyObject *r = PyObject_GenericGetAttr((PyObject *)self, name);
+    if (r != NULL || !PyErr_ExceptionMatches(PyExc_AttributeError))
+        return r;
+    PyErr_Clear();
+    return PyObject_GetAttr(self->fallback, name);
+}
+
+static PyObject *
+Entry_forward(Entry *self, void *name)
+{
+    return PyObject_GetAttrString(self->fallback, (const char *)name);
+}
+
+static PyObject *
+Entry_wrapped(Entry *self, void *Py_UNUSED(closure))
+{
+    return Py_NewRef(self->fallback);
+}
+
+static PyObject *
+Entry_repr(Entry *self)
+{
+    return PyUnicode_FromFormat("<fast entry of %R>", self->fallback);
+}
+
+static PyGetSetDef Entry_getset[] = {
+    {"__doc__", (getter)Entry_forward, NULL, NULL, "__doc__"},
+    {"__name__", (getter)Entry_forward, NULL, NULL, "__name__"},
+    {"__qualname__", (getter)Entry_forward, NULL, NULL, "__qualname__"},
+    {"__module__", (getter)Entry_forward, NULL, NULL, "__module__"},
+    {"__wrapped__", (getter)Entry_wrapped, NULL, "the Python function: the reference path", NULL},
+    {NULL}
+};
+
+static PyTypeObject EntryType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pyoffload._fastpath.Entry",
+    .tp_basicsize = sizeof(Entry),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_vectorcall_offset = offsetof(Entry, vectorcall),
+    .tp_call = (ternaryfunc)Entry_call,
+    .tp_descr_get = Entry_get,
+    .tp_getattro = (getattrofunc)Entry_getattro,
+    .tp_repr = (reprfunc)Entry_repr,
+    .tp_getset = Entry_getset,
+    .tp_dealloc = (destructor)Entry_dealloc,
+    .tp_traverse = (traverseproc)Entry_traverse,
+    .tp_clear = (inquiry)Entry_clear,
+};
+
+static PyObject *
+make_entry(PyObject *fallback, PyObject *default_kind, vectorcallfunc call)
+{
+    if (!PyFunction_Check(fallback)) {
+        PyErr_SetString(PyExc_TypeError, "an entry point wraps a Python function");
+        return NULL;
+    }
+    Entry *e = PyObject_GC_New(Entry, &EntryType);
+    if (e == NULL)
+        return NULL;
+    e->fallback = Py_NewRef(fallback);
+    e->default_kind = Py_XNewRef(default_kind);
+    e->vectorcall = call;
+    PyObject_GC_Track(e);
+    return (PyObject *)e;
+}
+
+static PyObject *
+free_entry(PyObject *module, PyObject *fn)
+{
+    return make_entry(fn, NULL, (vectorcallfunc)free_entry_call);
+}
+
+static PyObject *
+alloc_entry(PyObject *module, PyObject *fn)
+{
+    /* fn(self, size, kind=<default>): the default is read from the function itself */
+    PyObject *defaults = PyFunction_Check(fn) ? PyFunction_GetDefaults(fn) : NULL;  /* borrowed */
+    if (defaults == NULL || !PyTuple_Check(defaults) || PyTuple_GET_SIZE(defaults) != 1) {
+        PyErr_SetString(PyExc_TypeError, "alloc_entry wraps a function alloc(self, size, kind=<default>)");
+        return NULL;
+    }
+    return make_entry(fn, PyTuple_GET_ITEM(defaults, 0), (vectorcallfunc)alloc_entry_call);
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* Module                                                                                      */
 /* ------------------------------------------------------------------------------------------ */
 
@@ -979,6 +1161,12 @@ static PyMethodDef module_methods[] = {
      "thread is inside the allocator (a finalizer interrupted it): defer the free."},
     {"set_drain", (PyCFunction)set_drain, METH_O,
      "set_drain(callable): what runs the deferred frees once this thread holds no allocator lock."},
+    {"free_entry", (PyCFunction)free_entry, METH_O,
+     "free_entry(fn): pyoffload.free: the fast path of free, then fn (the Python function) for "
+     "anything it does not serve."},
+    {"alloc_entry", (PyCFunction)alloc_entry, METH_O,
+     "alloc_entry(fn): Device.alloc(size, kind=...): the fast path in the device's default "
+     "context, then fn (the Python method, whose default kind it takes) for anything it does not serve."},
     {"inside_allocator", (PyCFunction)inside_allocator, METH_NOARGS,
      "Whether this thread holds an allocator lock (a Python path of alloc or free is under way)."},
     {NULL}
@@ -1008,13 +1196,17 @@ PyInit__fastpath(void)
         return NULL;
     }
     AllocationBaseType.tp_base = (PyTypeObject *)base;  /* the reference is kept for good */
+    if (PyType_Ready(&EntryType) < 0)
+        return NULL;
     PyTypeObject *types[] = {&LockType, &AllocationBaseType, &BlockBaseType, &FastStateType, &PoolBaseType, &LanesType};
     const char *names[] = {"Lock", "AllocationBase", "BlockBase", "FastState", "PoolBase", "Lanes"};
     for (int i = 0; i < 6; i++)
         if (PyType_Ready(types[i]) < 0)
             return NULL;
     if (!(str_state = PyUnicode_InternFromString("state")) || !(str_epoch = PyUnicode_InternFromString("epoch")) ||
-        !(one = PyLong_FromLong(1)))
+        !(str_platform = PyUnicode_InternFromString("platform")) || !(str_live = PyUnicode_InternFromString("live")) ||
+        !(str_default_context_slot = PyUnicode_InternFromString("default_context_slot")) ||
+        !(str_lanes = PyUnicode_InternFromString("lanes")) || !(one = PyLong_FromLong(1)))
         return NULL;
     PyObject *m = PyModule_Create(&fastpath_module);
     if (m == NULL)

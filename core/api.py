@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import runtime as _runtime
+from ._fastpath import alloc_entry as _alloc_entry
 from .context import GenericContext
 from .device import GenericDevice, Platform
 from .enums import AllocKind, DeviceType
@@ -158,13 +159,10 @@ class Device(GenericDevice):
                     ctx = self.platform.default_context_slot = Context(self.platform.devices)
         return ctx  # type: ignore[no-any-return]
 
+    @_alloc_entry  # the common case in C, no Python frame; everything else below
     def alloc(self, size: int, kind: AllocKind = AllocKind.DEVICE) -> Allocation:
         """Allocate in the default context; HOST memory belongs to no device."""
-        ctx = self.platform.default_context_slot
-        if ctx is None or not ctx.live:
-            ctx = self.default_context
-        alloc = ctx.lanes.alloc(self, size, kind)  # the common case, in C (see allocate)
-        return alloc if alloc is not None else allocate(ctx, self, size, kind)
+        return allocate(self.default_context, self, size, kind)
 
     def memory_pool(self, kind: AllocKind = AllocKind.DEVICE) -> MemoryPool:
         """The caching allocator behind ``alloc`` for ``kind`` memory (statistics, trim, limits)."""

@@ -24,7 +24,8 @@ import numpy as np
 
 from . import dlpack
 from ._buffer import BufferBase
-from ._fastpath import AllocationBase, FastState, Lock, free as _fast_free, set_drain as _set_drain
+from ._fastpath import AllocationBase, FastState, Lock, free as _fast_free, free_entry as _free_entry
+from ._fastpath import set_drain as _set_drain
 from .context import GenericContext
 from .device import GenericDevice
 from .enums import AllocKind
@@ -471,6 +472,7 @@ def unclaim(alloc: Allocation) -> None:
     alloc.live = True
 
 
+@_free_entry  # the common case in C, no Python frame; everything else below
 def free(target: Allocation | int, kind: AllocKind | None = None) -> None:
     """Free an allocation, given the Allocation or its base pointer (of any context or backend).
 

@@ -59,9 +59,32 @@ def python_only_ctx(host: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]
     c.close()
 
 
+def test_the_entry_points_read_as_their_python_functions() -> None:
+    import inspect
+
+    from pyoffload import memory as m
+    for entry, name in ((pyoffload.free, "free"), (pyoffload.Device.alloc, "alloc")):
+        fn = entry.__wrapped__
+        assert inspect.isfunction(fn) and entry.__name__ == fn.__name__ == name
+        assert entry.__doc__ == fn.__doc__ and entry.__doc__
+        assert entry.__qualname__ == fn.__qualname__ and entry.__module__ == fn.__module__
+        assert inspect.signature(entry) == inspect.signature(fn)
+    assert m.free is pyoffload.free
+    dev = pyoffload.host_device()
+    assert inspect.signature(dev.alloc) == inspect.signature(pyoffload.Device.alloc.__wrapped__.__get__(dev))
+    with pytest.raises(TypeError):
+        pyoffload.free()
+    with pytest.raises(TypeError):
+        dev.alloc()
+
+
 def test_the_common_case_is_one_c_call_each(host: Any) -> None:
     pyoffload.free(host.alloc(64))  # the first request of (device, kind) sets the pool up
-    assert frames(lambda: pyoffload.free(host.alloc(64))) == ["Device.alloc", "free"]
+    assert frames(lambda: pyoffload.free(host.alloc(64))) == []  # no Python frame at all
+    assert frames(lambda: host.alloc(64).free()) == ["Allocation.free"]
+    # what the fast path declines reaches the Python functions, keywords included
+    assert "allocate" in frames(lambda: pyoffload.free(host.alloc(size=64)))
+    assert "free" in frames(lambda: pyoffload.free(host.alloc(64), kind=AllocKind.DEVICE))
     a = host.alloc(100)
     assert a.size == 100 and a.kind is AllocKind.DEVICE and a.device is host and a.live and a.owned
     info = pyoffload.mem_info(a.ptr + 99)
