@@ -214,12 +214,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer sizes and repeats")
     ap.add_argument("--out", type=pathlib.Path, default=HERE / "results")
+    ap.add_argument("--sizes", type=lambda text: [int(float(v) * MiB) for v in text.split(",")],
+                    help="copy sizes in MiB, comma-separated (default 1,4,16,64,256; --quick: 1,16,256)")
     cfg = ap.parse_args(argv)
     cfg.repeats = 3 if cfg.quick else 5
     link = _link()
     start = time.perf_counter()
     dev1, dev2 = _device(1), _device(2)
-    sizes = [1 * MiB, 16 * MiB, 256 * MiB] if cfg.quick else [1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB]
+    sizes = cfg.sizes or ([1 * MiB, 16 * MiB, 256 * MiB] if cfg.quick else [1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB])
     figures = _launch(link, dev1, cfg)
     for size in sizes:
         print(f"[mpi] {fmt_size(size)} ...", flush=True)
