@@ -131,7 +131,10 @@ class Link:
         self._replies: dict[int, Pending] = {}
         self.events: dict[int, RemoteEvent] = {}
         self.queues: dict[int, RemoteQueue] = {}
-        self._data: dict[int, memoryview] = {}
+        # Receives of retrieved bytes, posted before their request went out: (request, queue id).
+        # A queue's failure moves its receives to _stray (its server may never send them).
+        self._receiving: list[tuple[Any, int]] = []
+        self._stray: list[Any] = []
         self.dead: dict[int, str] = {}
         # Payload bytes rank 0 sent to and received from servers (copies between two servers
         # must leave both at 0): read by tests and by anyone checking where the bytes went.
@@ -273,9 +276,46 @@ class Link:
         if event.stored:
             self._releases.put((event.rank, event.eid))
 
-    def expect(self, xfer: int, view: memoryview) -> None:
-        """Bytes for ``xfer`` will arrive: the progress thread receives them into ``view``."""
-        self._data[xfer] = view
+    def receive(self, queue: RemoteQueue, mpi_tag: int, view: memoryview) -> None:
+        """Post the receives of bytes a server will send from ``queue`` on ``mpi_tag`` (one per
+        chunk, :func:`.protocol.chunks`), before the request that makes it send them: the bytes
+        then move the moment the server sends them, straight into ``view``, with no header to
+        announce them.  Whoever takes the progress steps completes the receives.  The server
+        reports the events after the copy only once its sends completed (or, for small ones, after
+        them on the same path), so that an event seen complete means the bytes are here."""
+        byte, rank, qid = self.MPI.BYTE, queue.rank, queue.qid
+        self.bytes_received += len(view)
+        with self._send_lock:
+            if len(view) <= CHUNK:
+                self._receiving.append((self.comm.Irecv([view, byte], rank, mpi_tag), qid))
+                return
+            for offset, length in chunks(len(view)):
+                self._receiving.append((self.comm.Irecv([view[offset:offset + length], byte], rank, mpi_tag), qid))
+
+    def _complete_receives(self) -> bool:
+        """Complete what has completed of the receives of retrieved bytes; ``True`` if any did."""
+        with self._send_lock:
+            head = self._receiving[:_TEST_AT_ONCE]
+        done = self.MPI.Request.Testsome([request for request, _ in head])
+        if not done:
+            return False
+        finished = set(done)
+        with self._send_lock:
+            self._receiving[:len(head)] = [r for i, r in enumerate(head) if i not in finished]
+        return True
+
+    def _set_aside(self, qid: int | None = None, rank: int | None = None) -> None:
+        """A queue (or a rank) failed: its server may never send the bytes of its retrieves.  Their
+        receives stop counting as bytes in flight (waits would spin for them); they are still
+        completed if the bytes come."""
+        with self._send_lock:
+            keep = []
+            for request, q in self._receiving:
+                if q == qid or (rank is not None and self.queues.get(q) is not None and self.queues[q].rank == rank):
+                    self._stray.append(request)
+                else:
+                    keep.append((request, q))
+            self._receiving[:] = keep
 
     # -- progress -------------------------------------------------------------------------------
 
@@ -310,7 +350,7 @@ class Link:
                     # as they may take.  A copy between two servers ends as fast as its bytes
                     # move: spin, then (a long batch of them) sleep short steps, leaving the
                     # servers the cores.  Kernels take their time: sleep growing steps.
-                    if self._data or self._inflight_bytes:
+                    if self._receiving or self._inflight_bytes:
                         backoff.spin, backoff.nap, backoff.ceiling = SPIN, LONG_NAP, 5e-4
                     elif copying and not computing:
                         backoff.spin, backoff.nap, backoff.ceiling = SPIN, 0.0, 1e-4
@@ -333,6 +373,10 @@ class Link:
             self._complete("_inflight")
         if self._inflight_bytes:
             busy = self._complete("_inflight_bytes")
+        if self._receiving and self._complete_receives():
+            busy = True
+        if self._stray:
+            self._complete("_stray")
         status = self._status
         message = self.comm.improbe(self.MPI.ANY_SOURCE, TAG_REPLY, status)
         if message is not None:
@@ -380,7 +424,7 @@ class Link:
             if busy:
                 backoff.reset()
             else:
-                backoff.ceiling = 5e-4 if (self._replies or self._inflight or self._inflight_bytes or self._data) else 5e-3
+                backoff.ceiling = 5e-4 if (self._replies or self._inflight or self._inflight_bytes or self._receiving) else 5e-3
                 backoff.pause()
 
     def _dispatch(self, rank: int, message: tuple[Any, ...]) -> None:
@@ -394,8 +438,11 @@ class Link:
             event = self.events.pop(message[1], None)
             if event is not None:
                 queue = event.queue
-                if message[2] is not None and queue.error is None:
-                    queue.error = message[2]
+                if message[2] is not None:
+                    if queue.error is None:
+                        queue.error = message[2]
+                    if self._receiving:
+                        self._set_aside(queue.qid)
                 event.error = message[2] or queue.error
                 event.stored = message[3]
                 event.done.set()
@@ -403,21 +450,13 @@ class Link:
             queue = self.queues.get(message[1])
             if queue is not None and queue.error is None:
                 queue.error = message[2]
-        elif op == "data":
-            _, xfer, offset, length = message
-            view = self._data[xfer]
-            self.bytes_received += length
-            request = self.comm.Irecv([view[offset:offset + length], self.MPI.BYTE], rank, TAG_REPLY)
-            if not request.Test():
-                backoff = Backoff()
-                while not request.Test():
-                    backoff.pause()
-                backoff.close()
-            if offset + length >= len(view):
-                del self._data[xfer]
+            if self._receiving:
+                self._set_aside(message[1])
 
     def _declare_dead(self, rank: int, why: str) -> None:
         self.dead[rank] = why
+        if self._receiving:
+            self._set_aside(rank=rank)
         record: ErrorRecord = ("BackendError", 17, f"MPI rank {rank}: {why}", "", -rank)
         for pending in list(self._replies.values()):
             if pending.rank == rank:
@@ -433,5 +472,5 @@ class Link:
         """Stop the progress thread (after every server has been told to exit)."""
         self._running = False
         self._thread.join()
-        for request in self._inflight + self._inflight_bytes:
+        for request in self._inflight + self._inflight_bytes + self._stray + [r for r, _ in self._receiving]:
             request.Cancel()

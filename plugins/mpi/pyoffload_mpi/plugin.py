@@ -195,9 +195,11 @@ def data_submit_impl(device: RemoteDevice, queue: RemoteQueue, dst: int, src: me
 def data_retrieve_impl(device: RemoteDevice, queue: RemoteQueue, dst: memoryview, src: int, size: int) -> None:
     link = _link()
     queue.enqueued += 1
-    xfer = next(link.ids)
-    link.expect(xfer, dst[:size])
-    link.post(queue.rank, ("retrieve", queue.qid, local_address(src, queue.rank), size, xfer))
+    address = local_address(src, queue.rank)
+    with _lock:
+        mpi_tag = link.tags.take()
+    link.receive(queue, mpi_tag, dst[:size])  # before the request: the bytes move as soon as they are sent
+    link.post(queue.rank, ("retrieve", queue.qid, address, size, mpi_tag))
 
 
 @hookimpl

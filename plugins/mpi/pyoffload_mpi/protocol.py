@@ -2,12 +2,14 @@
 
 Everything here is plain Python (no MPI), so that it can be tested without ``mpirun``.
 
-**Channels.**  Rank 0 sends requests to a server on :data:`TAG_REQUEST`; a server answers, reports
-events and streams retrieved bytes to rank 0 on :data:`TAG_REPLY`.  Both are pickled tuples
-``(op, *fields)``, except that a ``submit`` request and a ``data`` reply are each followed, on the
-same tag and from the same sender, by the raw chunks they announce (MPI keeps messages of one
-sender and tag in order, and each side sends a header and its chunks under one lock).  Copies
-between two servers use a tag of their own per transfer (:class:`Tags`), never rank 0.
+**Channels.**  Rank 0 sends requests to a server on :data:`TAG_REQUEST`; a server answers and
+reports events to rank 0 on :data:`TAG_REPLY`.  Both are pickled tuples ``(op, *fields)``, except
+that a ``submit`` request is followed, on the same tag, by the raw chunks it announces (MPI keeps
+messages of one sender and tag in order; rank 0 sends a request and its chunks under one lock,
+and a server reads ahead at most one request, never past a ``submit``).  Retrieved bytes and
+copies between two servers use a tag of their own per transfer (:class:`Tags`): rank 0 posts the
+receives of a ``retrieve`` before its request, so that the bytes need no header and move as soon
+as the server sends them.
 
 **Addresses.**  Each server's allocations live in its own address space, so two servers (or a
 server and rank 0) may hand out the same number.  Rank 0 sees a remote address with its rank in

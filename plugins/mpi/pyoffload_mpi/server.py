@@ -24,6 +24,9 @@ What keeps a copy fast is that, in the common case, it never leaves the main loo
   wake-up and a GIL switch);
 * the side of a copy between two servers that does not own the queue posts its sends or
   receives at once and the loop completes them between requests (no thread per copy).
+* while the loop waits for the bytes of a copy it carries out, it takes the next request off the
+  wire (one at most, :meth:`Server._read_ahead`): the synchronisation that follows a synchronous
+  copy is answered the moment the bytes have moved.
 """
 
 from __future__ import annotations
@@ -113,6 +116,9 @@ class Server:
         self._sides: list[_Side] = []
         self._sides_tested = 0.0  # when a pass last tested every side
         self.answered_at_once = 0  # events the main loop reported itself (rpc_stats)
+        # The next request, read while a copy was in flight (_read_ahead); handled before any other.
+        self._next: tuple[Any, ...] | None = None
+        self.read_ahead = 0  # requests read that way (rpc_stats)
         self.initialised = False  # pyoffload started here (by rank 0's hello)
         self._reset()
 
@@ -131,11 +137,9 @@ class Server:
 
     # -- talking to rank 0 ---------------------------------------------------------------------
 
-    def reply(self, message: tuple[Any, ...], payload: memoryview | None = None) -> None:
+    def reply(self, message: tuple[Any, ...]) -> None:
         with self._reply_lock:
             wait(self.comm.isend(message, 0, TAG_REPLY))
-            if payload is not None:
-                wait_raw(self.comm.Isend([payload, _byte()], 0, TAG_REPLY))
 
     def _heartbeat(self) -> None:
         interval = beat_interval(self.limit)
@@ -152,9 +156,14 @@ class Server:
         improbe = self.comm.improbe
         busy_turns = 0
         while self._running:
-            message = improbe(0, TAG_REQUEST)
-            if message is not None:
-                self._handle(message.recv())
+            request = self._next
+            if request is not None:
+                self._next = None
+            else:
+                message = improbe(0, TAG_REQUEST)
+                request = None if message is None else message.recv()
+            if request is not None:
+                self._handle(request)
                 backoff.reset()
                 busy_turns = 0
             elif self._sides and self._progress_sides():
@@ -173,6 +182,18 @@ class Server:
                 else:
                     backoff.spin, backoff.nap, backoff.ceiling = IDLE_SPIN, NAP, IDLE_CEILING
                 backoff.pause()
+
+    def _read_ahead(self) -> None:
+        """Take the next request off the wire while a copy is in flight, so that the one that
+        follows a copy (the synchronisation of a synchronous copy, the next copy of a queue) is
+        handled the moment the bytes have moved, not an improbe and an unpickling later.  One at
+        most, and called only from waits whose receives are all posted: the bytes of a ``submit``
+        follow its request on the same tag, and must not be taken for a request."""
+        if self._next is None:
+            message = self.comm.improbe(0, TAG_REQUEST)
+            if message is not None:
+                self._next = message.recv()
+                self.read_ahead += 1
 
     def _queues_busy(self) -> bool:
         """Whether work of a queue of this rank may still be running (or its event reported)."""
@@ -280,7 +301,8 @@ class Server:
         between servers in progress."""
         return {"threads": threading.active_count(), "events": len(self.events),
                 "answered_at_once": self.answered_at_once,
-                "watched": sum(served.reported for served in self.queues.values()), "sides": len(self._sides)}
+                "watched": sum(served.reported for served in self.queues.values()), "sides": len(self._sides),
+                "read_ahead": self.read_ahead}
 
     def rpc_raw(self, role: str, peer: int, mpi_tag: int, size: int, count: int) -> None:
         """``count`` plain mpi4py ``Send`` (``role`` "send") or ``Recv`` of ``size`` bytes with
@@ -381,7 +403,11 @@ class Server:
         # The bytes follow on the request channel: take them all (rank 0 sent them already).
         direct = self._in_place(dst, size, served)
         if direct is not None:  # straight into the device's memory: no staging, no second copy
-            _receive_all(self.comm, direct, 0, TAG_REQUEST)
+            # Every chunk's receive is posted before the first read ahead; the bytes mostly move
+            # within the first MPI call (the receiver copies them), so that one reads ahead too.
+            requests = _post(self.comm.Irecv, direct, 0, TAG_REQUEST)
+            self._read_ahead()
+            wait_all(requests, self._read_ahead)
             return
         # Else the device copies each chunk while the next one arrives.
         served.touched = True
@@ -397,19 +423,27 @@ class Server:
         if failure is not None:
             raise failure
 
-    def do_retrieve(self, served: ServedQueue, src: int, size: int, xfer: int) -> None:
-        def send(view: memoryview) -> None:
-            for offset, length in chunks(size):
-                self.reply(("data", xfer, offset, length), view[offset:offset + length])
-
-        direct = self._in_place(src, size, served)
-        if direct is not None:
-            send(direct)
-            return
-        served.touched = True
-        staging = memoryview(np.empty(size, np.uint8))
-        served.queue.memcpy(staging, src, size)
-        served.queue.launch_host_function(self._guarded(served, lambda: send(staging)))
+    def do_retrieve(self, served: ServedQueue, src: int, size: int, mpi_tag: int) -> None:
+        """Send ``size`` bytes from ``src`` to rank 0, whose receives are posted already (one per
+        chunk, on ``mpi_tag``): from the memory itself when it is in place, else from a staging
+        buffer once the queue gets there.  Its sends complete before any later event is reported:
+        in this loop, or in the queue's order.  If nothing can be sent, empty messages complete
+        rank 0's receives."""
+        try:
+            direct = self._in_place(src, size, served)
+            if direct is not None:
+                requests = _post(self.comm.Isend, direct, 0, mpi_tag)
+                self._read_ahead()
+                wait_all(requests, self._read_ahead)
+                return
+            served.touched = True
+            staging = memoryview(np.empty(size, np.uint8))
+            served.queue.memcpy(staging, src, size)
+        except BaseException:
+            wait_all([self.comm.Isend([b"", _byte()], 0, mpi_tag) for _ in chunks(size)])
+            raise
+        served.queue.launch_host_function(
+            self._guarded(served, lambda: wait_all(_post(self.comm.Isend, staging, 0, mpi_tag))))
 
     def do_xfer(self, served: ServedQueue | None, role: str, peer: int, mpi_tag: int, ptr: int, size: int) -> None:
         """One side of a copy between two servers: ``role`` is ``send`` (this rank holds the
@@ -419,7 +453,7 @@ class Server:
             return
         direct = self._in_place(ptr, size, served)
         if direct is not None:  # in order already: move the bytes now, from or into the memory itself
-            check = self._deadline(self._progress_sides)  # the loop's own sides keep moving meanwhile
+            check = self._deadline(self._while_moving)  # the loop's own sides keep moving meanwhile
             if role == "send":
                 self._push(direct, peer, mpi_tag, ack=True, check=check)
             else:
@@ -505,6 +539,12 @@ class Server:
 
     def _pull(self, view: memoryview, peer: int, mpi_tag: int, check: Any = None) -> None:
         _receive_all(self.comm, view, peer, mpi_tag, check or self._deadline())
+
+    def _while_moving(self) -> None:
+        """What a copy this loop carries out does on each turn of its wait."""
+        if self._sides:
+            self._progress_sides()
+        self._read_ahead()
 
     def _deadline(self, also: Any = None) -> Any:
         """A check for peer waits: give up after the timeout (a peer that stopped answering);

@@ -117,6 +117,42 @@ def test_copies_of_host_memory_stay_in_the_servers_main_loops(tmp_path: Path) ->
     assert "MAIN-LOOP-OK" in done.stdout
 
 
+def test_a_retrieve_the_server_cannot_carry_out_fails_its_queue_and_leaves_no_receive_behind(tmp_path: Path) -> None:
+    """Rank 0 posts the receives of a retrieve before its request; when the server cannot send
+    the bytes (no memory at that address), its failure reaches the queue's next wait, the
+    receives stop counting as bytes in flight, and the server's empty messages complete them."""
+    done = _job(tmp_path, """
+    from pyoffload_mpi.protocol import CHUNK
+    q = by_rank[1].create_queue()
+    rq = q.handle
+    size = CHUNK + 4096                                          # two chunks: two receives
+    back = np.zeros(size, np.uint8)
+    mpi_tag = link.tags.take()
+    link.receive(rq, mpi_tag, memoryview(back))
+    link.post(1, ("retrieve", rq.qid, 0x10, size, mpi_tag))     # nothing is allocated there
+    try:
+        link.wait_event(link.record(rq, kept=False), synchronising=True)
+    except pyoffload.OffloadError as exc:
+        print("FAILED", exc.errc.name, "rank 1" in str(exc), flush=True)
+    assert not link._receiving, link._receiving
+    deadline = time.monotonic() + 10
+    while link._stray and time.monotonic() < deadline:
+        with link._poll_lock:
+            link.poll()
+        time.sleep(0.001)
+    assert not link._stray, "the server's empty messages did not complete the receives"
+    a = by_rank[1].alloc(4096)                                  # the rank and the queue still work
+    pyoffload.memcpy(a, np.full(4096, 7, np.uint8), queue=q)
+    pyoffload.memcpy(back[:4096], a, queue=q)
+    q.wait()
+    assert (back[:4096] == 7).all()
+    print("STRAY-OK", flush=True)
+    """)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "FAILED NOT_FOUND True" in done.stdout, done.stdout + done.stderr
+    assert "STRAY-OK" in done.stdout
+
+
 def test_a_synchronous_copy_between_two_servers_costs_about_what_mpi_does(tmp_path: Path) -> None:
     """A synchronous 1 MiB copy from rank 1 to rank 2 against plain Send/Recv of the same bytes
     between the same ranks, medians of interleaved rounds.  The bound is loose (3 ranks share

@@ -258,3 +258,39 @@ def test_whether_a_queue_is_busy_is_asked_of_its_backend_not_of_the_runtime(serv
     queue.idle = True
     assert not srv._queues_busy() and sq.idle()
     assert not sq.settled()  # idle, but a failure of the kernel has not been reported yet
+
+
+# -- reading ahead, without MPI ----------------------------------------------------------------
+
+
+class Message:
+    def __init__(self, request: tuple[Any, ...]) -> None:
+        self.request = request
+
+    def recv(self) -> tuple[Any, ...]:
+        return self.request
+
+
+class Wire(Comm):
+    """A communicator whose request channel holds the given requests, in order."""
+
+    def __init__(self, requests: list[tuple[Any, ...]]) -> None:
+        super().__init__()
+        self.requests = list(requests)
+        self.probes = 0
+
+    def improbe(self, source: int, tag: int) -> Message | None:
+        self.probes += 1
+        return Message(self.requests.pop(0)) if self.requests else None
+
+
+def test_a_request_read_ahead_during_a_copy_is_handled_first_and_only_one_is_read() -> None:
+    wire = Wire([("stats", 5), ("stats", 6), ("exit", 7)])
+    srv = server.Server(wire)
+    srv._read_ahead()  # (what a wait for a copy does on each turn)
+    srv._read_ahead()  # one at most: the bytes of a submit follow its request on the same tag
+    assert srv._next == ("stats", 5) and wire.requests == [("stats", 6), ("exit", 7)]
+    srv.serve()
+    replies = [m[1] for m, _ in wire.replies if m[0] == "reply"]
+    assert replies == [5, 6, 7]  # in the order rank 0 sent them
+    assert srv.rpc_stats()["read_ahead"] == 1
