@@ -9,6 +9,6 @@ from setuptools import Extension, setup
 setup(ext_modules=[
     Extension("pyoffload._buffer", sources=["core/_buffer.c"]),
     Extension("pyoffload._index", sources=["core/_index.c"]),
-    Extension("pyoffload._fastpath", sources=["core/_fastpath.c"], depends=["core/_buffer.h"]),
-    Extension("pyoffload._launch", sources=["core/_launch.c"]),
+    Extension("pyoffload._fastpath", sources=["core/_fastpath.c"], depends=["core/_buffer.h", "core/_gcfields.h"]),
+    Extension("pyoffload._launch", sources=["core/_launch.c"], depends=["core/_gcfields.h"]),
 ])

@@ -30,6 +30,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include "_gcfields.h"
 #include <pythread.h>
 #include <stdint.h>
 #include "_buffer.h"
@@ -225,27 +226,6 @@ static PyTypeObject LockType = {
 
 #define LOCK_HELD(obj) ((obj) != NULL && Py_TYPE(obj) == &LockType && ((Lock *)(obj))->held)
 
-/* traverse, clear and dealloc of a garbage-collected type, from the list of its object fields
- * (an X-macro: FIELDS(X) applies X to each field). */
-#define VISIT_FIELD(f) Py_VISIT(self->f);
-#define CLEAR_FIELD(f) Py_CLEAR(self->f);
-#define GC_FUNCTIONS(Type, FIELDS)                                  \
-    static int Type##_traverse(Type *self, visitproc visit, void *arg) \
-    {                                                               \
-        FIELDS(VISIT_FIELD)                                         \
-        return 0;                                                   \
-    }                                                               \
-    static int Type##_clear(Type *self)                             \
-    {                                                               \
-        FIELDS(CLEAR_FIELD)                                         \
-        return 0;                                                   \
-    }                                                               \
-    static void Type##_dealloc(Type *self)                          \
-    {                                                               \
-        PyObject_GC_UnTrack(self);                                  \
-        Type##_clear(self);                                         \
-        Py_TYPE(self)->tp_free((PyObject *)self);                   \
-    }
 
 /* ------------------------------------------------------------------------------------------ */
 /* AllocationBase                                                                              */

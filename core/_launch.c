@@ -22,6 +22,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include "_gcfields.h"
 
 static PyObject *str_acquire, *str_release, *str_dead, *str_users, *str_state, *str_live,
     *str_check_loaded, *str_failure, *str_launch_impl, *str_mark_locked, *str_event_for, *str_epoch,
@@ -33,25 +34,6 @@ static PyObject *loaded_state;        /* program.LOADED */
 static PyObject *offload_error;       /* errors.OffloadError */
 static PyObject *invalid_argument;    /* errors.InvalidArgumentError */
 
-#define VISIT_FIELD(f) Py_VISIT(self->f);
-#define CLEAR_FIELD(f) Py_CLEAR(self->f);
-#define GC_FUNCTIONS(Type, FIELDS)                                     \
-    static int Type##_traverse(Type *self, visitproc visit, void *arg) \
-    {                                                                  \
-        FIELDS(VISIT_FIELD)                                            \
-        return 0;                                                      \
-    }                                                                  \
-    static int Type##_clear(Type *self)                                \
-    {                                                                  \
-        FIELDS(CLEAR_FIELD)                                            \
-        return 0;                                                      \
-    }                                                                  \
-    static void Type##_dealloc(Type *self)                             \
-    {                                                                  \
-        PyObject_GC_UnTrack(self);                                     \
-        Type##_clear(self);                                            \
-        Py_TYPE(self)->tp_free((PyObject *)self);                      \
-    }
 
 /* Members are T_OBJECT_EX: the interpreter's specialised attribute access covers those, so the
  * Python side reads and writes them as fast as __slots__. */
