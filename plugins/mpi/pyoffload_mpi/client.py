@@ -30,6 +30,7 @@ from queue import SimpleQueue
 from collections.abc import Callable
 from typing import Any
 
+from . import cma
 from .comm import LONG_NAP, NAP, SHORT_SPIN, SPIN, Backoff, timeout
 from .protocol import CHUNK, TAG_REPLY, TAG_REQUEST, ErrorRecord, Tags, chunks, rebuild, remote_failure
 
@@ -81,7 +82,7 @@ class RemoteQueue:
         self.probe: tuple[int, RemoteEvent] | None = None  # for queue_query_impl
         self.enqueued = 0
         self.computing = False  # a kernel was launched since the last event recorded
-        self.copying = False  # a copy between two servers was enqueued since then
+        self.copying = False  # a copy that moves bytes was enqueued since then
         # failures a synchronisation raised: later synchronisations do not raise them again (the
         # server's events of the same stretch of work keep reporting them)
         self.synchronised_failures: set[int] = set()
@@ -140,6 +141,10 @@ class Link:
         # must leave both at 0): read by tests and by anyone checking where the bytes went.
         self.bytes_sent = 0
         self.bytes_received = 0
+        # Pairs (rank, other rank) where the first can read and write the memory of the second
+        # (cross-memory copies, cma.py): found by meet().
+        self.reach: set[tuple[int, int]] = set()
+        self._probe = cma.Probe()
         # Events are released from garbage-collection finalisers, on any thread and at any point
         # (also inside this class's own locked sections): a release only goes in this queue,
         # which the progress thread sends on.
@@ -245,6 +250,18 @@ class Link:
             raise rebuild(pending.value)
         return pending.value
 
+    def meet(self, ranks: list[int]) -> None:
+        """Introduce the ranks to each other: which of them (rank 0 included) can read and write
+        which other's memory (:mod:`.cma`).  Nothing where cross-memory copies are off."""
+        self.reach = set()
+        if not cma.enabled():
+            return
+        described = {0: self._probe.describe()}
+        for rank in ranks:
+            described[rank] = self.call(rank, "whoami")
+        for rank in ranks:
+            self.reach.update((rank, other) for other in self.call(rank, "peers", described))
+
     def check(self, rank: int) -> None:
         why = self.dead.get(rank)
         if why is not None:
@@ -324,7 +341,8 @@ class Link:
         spinning while the answer may come any moment, then napping, then sleeping a little
         longer between steps.  ``computing``: the wait is for kernels, which take their time
         and the server's cores: no napping.  ``copying``: for a copy between two servers, whose
-        end comes as fast as the bytes move: spinning."""
+        end comes as fast as the bytes move (and copies a server carries out alone, cross-memory):
+        spinning."""
         # The waiting thread first spins as a blocking MPI call would, without giving its core
         # away (one that yields comes back late, well after the servers it waits for have
         # answered); past 0.2 ms it yields, as the servers do, for it then only takes a core.

@@ -11,9 +11,12 @@ request to the device's rank (:mod:`.client`):
 * **Addresses** carry their rank in the high bits (:func:`.protocol.tag`), so that the generic
   layer's one registry holds every rank's memory without collisions; they are translated back in
   every request, kernel pointer arguments included.
-* **Enqueues** send a request and return; copies to a server send their bytes in chunks the
-  server copies to the device as they arrive.  Copies between two ranks go directly between the
-  two servers (``data_exchange_impl``), never through rank 0.
+* **Enqueues** send a request and return.  On one machine a copy is that request alone: the
+  server that carries it out reads or writes the other rank's memory itself (:mod:`.cma`; rank 0's
+  host buffer, or another server's host memory, whose rank takes no part).  Elsewhere copies to a
+  server send their bytes in chunks the server copies to the device as they arrive, and copies
+  between two ranks go directly between the two servers' MPI messages (``data_exchange_impl``),
+  never through rank 0.
 * **Events** are recorded on the server's queue; its watcher tells rank 0 when one completes, so
   waiting and querying need no round trip.  Host functions and cross-queue waits across ranks use
   the generic layer's emulation (host functions run on rank 0), waits within one rank are native.
@@ -40,6 +43,7 @@ from pyoffload.backend import (
     hookimpl,
 )
 
+from . import cma
 from . import session as _session
 from .client import Link, RemoteEvent, RemoteQueue, raise_failure
 from .protocol import local_address, tag, untag
@@ -53,10 +57,12 @@ _sent_images: set[tuple[int, bytes]] = set()  # (rank, digest) of images a serve
 class RemoteDevice:
     """A device of a server, as its rank described it."""
 
-    __slots__ = ("rank", "index", "name", "info", "compiler_id", "known", "images")
+    __slots__ = ("rank", "index", "name", "info", "compiler_id", "known", "images", "host_memory")
 
     def __init__(self, rank: int, described: dict[str, Any]) -> None:
         self.rank, self.index, self.name = rank, described["index"], described["name"]
+        # Its memory is plain memory of the serving process (another rank may read and write it).
+        self.host_memory: bool = described.get("host_memory", False)
         info = {k: v for k, v in described["info"].items() if "." not in k}
         info.update({k: None for k in ("name", "vendor", "type", "backend", "platform")})
         info = {k: v for k, v in info.items() if v is not None}
@@ -116,12 +122,14 @@ def init_impl() -> Sequence[PlatformDesc]:
     link: Link = current.link
     platforms: list[PlatformDesc] = []
     failures = []
+    serving = []
     for rank in range(1, current.size):
         try:
             described = link.call(rank, "hello")
         except Exception as exc:
             failures.append(f"rank {rank}: {exc}")
             continue
+        serving.append(rank)
         grouped: dict[str, list[dict[str, Any]]] = {}
         for d in described:
             grouped.setdefault(d["platform"], []).append(d)
@@ -133,6 +141,10 @@ def init_impl() -> Sequence[PlatformDesc]:
                                           handle=rank, short_name=f"r{rank}-{first['platform_short']}"))
     if not platforms:
         raise NoDevicesError("no serving rank has a device" + (": " + "; ".join(failures) if failures else ""))
+    try:
+        link.meet(serving)
+    except Exception:
+        link.reach = set()  # copies go through MPI messages
     return platforms
 
 
@@ -185,10 +197,21 @@ def data_free_impl(context: RemoteContext, device: RemoteDevice | None, ptr: int
     _link().call(rank, "free", address)
 
 
+# Copies to and from a server on rank 0's machine are one request each: the server reads or writes
+# rank 0's buffer itself (cma.py), which the generic layer keeps until the copy has completed.
+# Elsewhere the bytes travel in MPI messages.
+
+
 @hookimpl
 def data_submit_impl(device: RemoteDevice, queue: RemoteQueue, dst: int, src: memoryview, size: int) -> None:
+    link = _link()
     queue.enqueued += 1
-    _link().post(queue.rank, ("submit", queue.qid, local_address(dst, queue.rank), size), src[:size])
+    if (queue.rank, 0) in link.reach:
+        queue.copying = True  # (a wait for it spins: the bytes move now)
+        link.bytes_sent += size
+        link.post(queue.rank, ("submit_from", queue.qid, local_address(dst, queue.rank), size, cma.address(src)))
+        return
+    link.post(queue.rank, ("submit", queue.qid, local_address(dst, queue.rank), size), src[:size])
 
 
 @hookimpl
@@ -196,6 +219,11 @@ def data_retrieve_impl(device: RemoteDevice, queue: RemoteQueue, dst: memoryview
     link = _link()
     queue.enqueued += 1
     address = local_address(src, queue.rank)
+    if (queue.rank, 0) in link.reach:
+        queue.copying = True  # (a wait for it spins: the bytes move now)
+        link.bytes_received += size
+        link.post(queue.rank, ("retrieve_to", queue.qid, address, size, cma.address(dst)))
+        return
     with _lock:
         mpi_tag = link.tags.take()
     link.receive(queue, mpi_tag, dst[:size])  # before the request: the bytes move as soon as they are sent
@@ -213,13 +241,19 @@ def data_exchange_impl(src_device: RemoteDevice, src: int, dst_device: RemoteDev
         link.post(queue.rank, ("copy", queue.qid, dst_address, src_address, size))
         return
     queue.copying = True
+    # The rank of the queue orders the copy on it; the other side takes part as soon as it hears,
+    # or not at all: on one machine the queue's rank reads or writes the other's memory itself.
+    sending = queue.rank == src_rank
+    other_rank = dst_rank if sending else src_rank
+    here = src_address if sending else dst_address
+    there = dst_address if sending else src_address
+    if (queue.rank, other_rank) in link.reach and (dst_device if sending else src_device).host_memory:
+        queue.copying = True  # (a wait for it spins: the bytes move now)
+        link.post(queue.rank, ("xfer_cma", queue.qid, "write" if sending else "read", other_rank, there, here, size))
+        return
+    mine, other = ("send", "recv") if sending else ("recv", "send")
     with _lock:
         mpi_tag = link.tags.take()
-    # The rank of the queue orders the copy on it; the other side takes part as soon as it hears.
-    mine, other = ("send", "recv") if queue.rank == src_rank else ("recv", "send")
-    other_rank = dst_rank if queue.rank == src_rank else src_rank
-    here = src_address if mine == "send" else dst_address
-    there = dst_address if mine == "send" else src_address
     # Both halves in one step: each server may block on its half until the other's is posted,
     # which is safe as long as every server sees the halves of all copies in the same order.
     link.post_together([(other_rank, ("xfer", None, other, queue.rank, mpi_tag, there, size)),

@@ -18,7 +18,8 @@ What keeps a copy fast is that, in the common case, it never leaves the main loo
   not while a queue of the rank runs work: its worker and watcher threads need the GIL and the
   cores, so the loop then tests a few dozen times and sleeps;
 * a copy into or out of host memory with an idle queue moves the bytes in the loop, straight
-  from or into the memory;
+  from or into the memory; on rank 0's machine by one cross-memory read or write of the other
+  rank's memory (:mod:`.cma`), which that rank takes no part in;
 * an event recorded on a queue that has had no work since its last event was reported is
   reported at once by the loop, not by the watcher (a hand-off between two threads costs a
   wake-up and a GIL switch);
@@ -44,6 +45,7 @@ import numpy as np
 
 from pyoffload import OffloadError, settings
 
+from . import cma
 from .comm import (FINE_SLACK_NS, IDLE_CEILING, IDLE_SPIN, NAP, SERVE_VARIABLE, SPIN, Backoff, beat_interval, timeout, timer_slack, wait, wait_all,
                    wait_raw)
 from .protocol import CHUNK, TAG_REPLY, TAG_REQUEST, ErrorRecord, chunks, error_record, picklable
@@ -119,6 +121,11 @@ class Server:
         # The next request, read while a copy was in flight (_read_ahead); handled before any other.
         self._next: tuple[Any, ...] | None = None
         self.read_ahead = 0  # requests read that way (rpc_stats)
+        self.requests = 0  # requests handled (rpc_stats)
+        # Cross-memory copies (cma.py): the probe other ranks read, and the pid of each rank whose
+        # memory this one can read and write (rank 0 introduces them: rpc_peers).
+        self._probe = cma.Probe()
+        self.peers: dict[int, int] = {}
         self.initialised = False  # pyoffload started here (by rank 0's hello)
         self._reset()
 
@@ -205,6 +212,7 @@ class Server:
         return False
 
     def _handle(self, request: tuple[Any, ...]) -> None:
+        self.requests += 1
         op = request[0]
         if op in _RPC:
             rid = request[1]
@@ -238,6 +246,7 @@ class Server:
         for index, device in enumerate(self.devices):
             info = {k: v for k, v in device.info.items() if picklable(v)}
             described.append({"index": index, "id": device.id, "name": device.name, "vendor": device.vendor,
+                              "host_memory": bool(device.host_memory),
                               "type": device.type.value, "backend": device.backend,
                               "platform": device.platform.name, "platform_short": device.platform.short_name,
                               "platform_version": device.platform.version, "info": info,
@@ -302,7 +311,17 @@ class Server:
         return {"threads": threading.active_count(), "events": len(self.events),
                 "answered_at_once": self.answered_at_once,
                 "watched": sum(served.reported for served in self.queues.values()), "sides": len(self._sides),
-                "read_ahead": self.read_ahead}
+                "read_ahead": self.read_ahead, "requests": self.requests, "peers": sorted(self.peers)}
+
+    def rpc_whoami(self) -> tuple[str, int, int, bytes]:
+        """Where this process is and a probe of its memory (:class:`.cma.Probe`)."""
+        return self._probe.describe()
+
+    def rpc_peers(self, described: dict[int, tuple[str, int, int, bytes]]) -> list[int]:
+        """The ranks (rank 0 included) whose memory this process can read and write, of those
+        ``described`` (each rank's :meth:`rpc_whoami`): tried on each one's probe."""
+        self.peers = {rank: d[1] for rank, d in described.items() if rank != self.rank and cma.reachable(d)}
+        return sorted(self.peers)
 
     def rpc_raw(self, role: str, peer: int, mpi_tag: int, size: int, count: int) -> None:
         """``count`` plain mpi4py ``Send`` (``role`` "send") or ``Recv`` of ``size`` bytes with
@@ -422,6 +441,58 @@ class Server:
                     failure = exc
         if failure is not None:
             raise failure
+
+    # Copies by cross-memory reads and writes (cma.py): the rank that carries out the copy moves
+    # the bytes alone, from or into the other rank's memory, which that rank keeps until the
+    # copy's event completes (rank 0: the generic layer holds the host buffer; another server:
+    # its memory is rank 0's allocation, freed only after the work that uses it).
+
+    def do_submit_from(self, served: ServedQueue, dst: int, size: int, src: int) -> None:
+        """A copy from rank 0's memory at ``src``: read into the memory itself when it is in
+        place, else into a staging buffer the queue copies to the device."""
+        pid = self.peers[0]
+        direct = self._in_place(dst, size, served)
+        if direct is not None:
+            cma.read(pid, src, cma.address(direct), size)
+            return
+        served.touched = True
+        staging = np.empty(size, np.uint8)
+        cma.read(pid, src, staging.ctypes.data, size)
+        served.queue.memcpy(dst, staging, size)
+
+    def do_retrieve_to(self, served: ServedQueue, src: int, size: int, dst: int) -> None:
+        """A copy into rank 0's memory at ``dst``: written from the memory itself when it is in
+        place, else from a staging buffer once the queue gets there."""
+        pid = self.peers[0]
+        direct = self._in_place(src, size, served)
+        if direct is not None:
+            cma.write(pid, dst, cma.address(direct), size)
+            return
+        served.touched = True
+        staging = np.empty(size, np.uint8)
+        served.queue.memcpy(memoryview(staging), src, size)
+        served.queue.launch_host_function(
+            self._guarded(served, lambda: cma.write(pid, dst, staging.ctypes.data, size)))
+
+    def do_xfer_cma(self, served: ServedQueue, role: str, peer: int, there: int, ptr: int, size: int) -> None:
+        """A copy between this rank and ``peer`` ordered on this rank's queue: ``role`` "read"
+        (this rank receives: from ``there`` in the peer's host memory into ``ptr``) or "write"
+        (this rank sends: from ``ptr`` to ``there``).  The peer takes no part."""
+        pid = self.peers[peer]
+        move = cma.read if role == "read" else cma.write
+        direct = self._in_place(ptr, size, served)
+        if direct is not None:
+            move(pid, there, cma.address(direct), size)
+            return
+        served.touched = True
+        staging = np.empty(size, np.uint8)
+        moved = self._guarded(served, lambda: move(pid, there, staging.ctypes.data, size))
+        if role == "write":
+            served.queue.memcpy(memoryview(staging), ptr, size)
+            served.queue.launch_host_function(moved)
+        else:
+            served.queue.launch_host_function(moved)
+            served.queue.memcpy(ptr, memoryview(staging), size)
 
     def do_retrieve(self, served: ServedQueue, src: int, size: int, mpi_tag: int) -> None:
         """Send ``size`` bytes from ``src`` to rank 0, whose receives are posted already (one per

@@ -34,17 +34,19 @@ assert sorted(by_rank) == [1, 2], by_rank
 """
 
 
-def _job(tmp_path: Path, body: str, timeout_s: str = "20", limit: float = 120) -> subprocess.CompletedProcess[str]:
-    """Run ``PRELUDE`` + ``body`` as the application of a 3-rank job."""
+def _job(tmp_path: Path, body: str, timeout_s: str = "20", limit: float = 120, **env_: str) -> subprocess.CompletedProcess[str]:
+    """Run ``PRELUDE`` + ``body`` as the application of a 3-rank job (``env_``: more variables)."""
     script = tmp_path / "app.py"
     script.write_text(PRELUDE + textwrap.dedent(body))
-    env = dict(os.environ, PYOFFLOAD_PLUGINS="mpi", PYOFFLOAD_MPI_SERVE="", PYOFFLOAD_MPI_TIMEOUT=timeout_s)
+    env = {**os.environ, "PYOFFLOAD_PLUGINS": "mpi", "PYOFFLOAD_MPI_SERVE": "", "PYOFFLOAD_MPI_TIMEOUT": timeout_s, **env_}
     return subprocess.run([*MPIRUN, sys.executable, "-m", "pyoffload_mpi", str(script)], env=env,
                           capture_output=True, text=True, timeout=limit, cwd=tmp_path)
 
 
-def test_a_copy_between_two_servers_goes_directly_and_delivers_the_bytes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("cma", ["1", "0"], ids=["cross-memory", "messages"])
+def test_a_copy_between_two_servers_goes_directly_and_delivers_the_bytes(tmp_path: Path, cma: str) -> None:
     done = _job(tmp_path, """
+    assert bool(link.reach) == (os.environ["PYOFFLOAD_MPI_CMA"] == "1"), link.reach
     n = (9 << 20) + 12345  # several chunks, and a ragged last one
     a = by_rank[1].alloc(n)
     b = by_rank[2].alloc(n)
@@ -71,12 +73,13 @@ def test_a_copy_between_two_servers_goes_directly_and_delivers_the_bytes(tmp_pat
     assert (back[:4096] == data[:4096]).all()
     assert link.bytes_received == n + 4096
     print("DIRECT-OK")
-    """)
+    """, PYOFFLOAD_MPI_CMA=cma)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "DIRECT-OK" in done.stdout
 
 
-def test_copies_of_host_memory_stay_in_the_servers_main_loops(tmp_path: Path) -> None:
+@pytest.mark.parametrize("cma", ["1", "0"], ids=["cross-memory", "messages"])
+def test_copies_of_host_memory_stay_in_the_servers_main_loops(tmp_path: Path, cma: str) -> None:
     """Copies to, from and between servers' host memory, synchronous or queued, are carried out
     and reported by each server's main loop: no thread per copy, no event kept, no watcher."""
     done = _job(tmp_path, """
@@ -112,9 +115,100 @@ def test_copies_of_host_memory_stay_in_the_servers_main_loops(tmp_path: Path) ->
     assert after[1]["answered_at_once"] - before[1]["answered_at_once"] >= 10 * 3, (before[1], after[1])
     assert after[2]["answered_at_once"] - before[2]["answered_at_once"] >= 10 * 3, (before[2], after[2])
     print("MAIN-LOOP-OK")
-    """)
+    """, PYOFFLOAD_MPI_CMA=cma)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "MAIN-LOOP-OK" in done.stdout
+
+
+def test_on_one_machine_a_copy_is_one_request_to_the_rank_that_orders_it(tmp_path: Path) -> None:
+    """Ranks on one machine read and write each other's memory: a copy to or from a server is one
+    request to it (and the synchronisation), with no byte in an MPI message; a copy between two
+    servers is one request to the rank whose queue orders it, and the other rank hears nothing."""
+    done = _job(tmp_path, """
+    assert {(1, 0), (2, 0), (1, 2), (2, 1)} <= link.reach, link.reach
+    MiB, n = 1 << 20, 10
+    a, b = by_rank[1].alloc(MiB), by_rank[2].alloc(MiB)
+    q1 = by_rank[1].create_queue()
+    host = np.random.default_rng(5).integers(0, 256, MiB, dtype=np.uint8)
+    back = np.zeros(MiB, np.uint8)
+
+    def requests():
+        return {r: link.call(r, "stats")["requests"] for r in (1, 2)}   # (each call counts itself)
+
+    pyoffload.memcpy(a, host)                                       # (internal queues made once)
+    pyoffload.memcpy(back, a)
+    pyoffload.memcpy(b, a)
+    pyoffload.memcpy(b, a, queue=q1)
+    q1.wait()
+
+    before = requests()
+    for i in range(n):
+        host[:4] = i
+        pyoffload.memcpy(a, host)                                   # rank 0 -> rank 1
+        pyoffload.memcpy(back, a)                                   # rank 1 -> rank 0
+        assert (back == host).all(), i
+        assert not link._inflight_bytes and not link._receiving    # no byte went through MPI
+    after = requests()
+    assert after[1] - before[1] == 4 * n + 1, (before, after)      # a request and a synchronisation each
+    assert after[2] - before[2] == 1, (before, after)
+
+    before = requests()
+    for i in range(n):
+        pyoffload.memcpy(b, a)                                      # rank 1 -> rank 2, on rank 2's queue
+    after = requests()
+    assert after[1] - before[1] == 1, ("rank 1 took part in copies rank 2 orders", before, after)
+    assert after[2] - before[2] == 2 * n + 1, (before, after)
+
+    before = requests()
+    for i in range(n):
+        pyoffload.memcpy(b, a, queue=q1)                            # the same, ordered on rank 1's queue
+    q1.wait()
+    after = requests()
+    assert after[2] - before[2] == 1, ("rank 2 took part in copies rank 1 orders", before, after)
+    assert after[1] - before[1] == n + 2, (before, after)          # the copies, one synchronisation
+    pyoffload.memcpy(back, b)
+    assert (back == host).all()
+    print("ONE-REQUEST-OK", flush=True)
+    """)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ONE-REQUEST-OK" in done.stdout
+
+
+@pytest.mark.parametrize("cma", ["1", "0"], ids=["cross-memory", "messages"])
+def test_copies_with_device_memory_are_staged_in_queue_order(tmp_path: Path, cma: str) -> None:
+    """Copies whose server side is not host memory (a PoCL device) go through a staging buffer on
+    the device's queue, ordered with the queue's other work; copies between a server's device
+    memory and another server's host memory too."""
+    if subprocess.run([sys.executable, "-c", "import pyoffload_opencl"], capture_output=True).returncode:
+        pytest.skip("the OpenCL backend is not installed")
+    done = _job(tmp_path, """
+    MiB = 1 << 20
+    devices = [d for d in pyoffload.devices() if d.backend == "mpi"]
+    pocl = next(d for d in devices if d.info["mpi.rank"] == 1 and d.info["mpi.remote_backend"] == "opencl")
+    host2 = next(d for d in devices if d.info["mpi.rank"] == 2 and d.info["mpi.remote_backend"] == "host")
+    a, b = pocl.alloc(MiB), host2.alloc(MiB)
+    q, q2 = pocl.create_queue(), host2.create_queue()
+    data = np.random.default_rng(9).integers(0, 256, MiB, dtype=np.uint8)
+    back = np.zeros(MiB, np.uint8)
+    for i in range(3):
+        data[:4] = i
+        pyoffload.memcpy(a, data)                                   # to device memory: staged
+        pyoffload.memcpy(back, a)                                   # and back
+        assert (back == data).all(), i
+        pyoffload.memfill(b, np.uint8(0), queue=q2)
+        q2.wait()
+        pyoffload.memcpy(b, a, queue=q)                             # device memory -> host memory, on the device's queue
+        pyoffload.memfill(a, np.uint8(1), queue=q)                  # ordered after the copy has read it
+        q.wait()
+        pyoffload.memcpy(back, b)
+        assert (back == data).all(), i
+        pyoffload.memcpy(a, b)                                      # host memory -> device memory, on the device's rank
+        pyoffload.memcpy(back, a)
+        assert (back == data).all(), i
+    print("STAGED-OK", flush=True)
+    """, PYOFFLOAD_MPI_SERVE="opencl", POCL_DEVICES="pthread", PYOFFLOAD_MPI_CMA=cma)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "STAGED-OK" in done.stdout
 
 
 def test_a_retrieve_the_server_cannot_carry_out_fails_its_queue_and_leaves_no_receive_behind(tmp_path: Path) -> None:
