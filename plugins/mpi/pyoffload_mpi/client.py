@@ -35,8 +35,10 @@ from .comm import LONG_NAP, NAP, SHORT_SPIN, SPIN, Backoff, timeout
 from .protocol import CHUNK, TAG_REPLY, TAG_REQUEST, ErrorRecord, Tags, chunks, rebuild, remote_failure
 
 
-IMPOLITE = 2e-4
-"""Seconds a waiting thread spins without giving its core away."""
+IMPOLITE = 0.0
+"""Seconds a waiting thread spins without giving its core away: none.  A server on the same
+core must get it the moment rank 0 has sent its request (a blocking MPI call under
+``--oversubscribe`` gives it away on every idle turn too)."""
 
 _TEST_AT_ONCE = 64
 """Send requests a progress step tests; an enqueue that finds more in flight completes some."""
@@ -343,9 +345,8 @@ class Link:
         and the server's cores: no napping.  ``copying``: for a copy between two servers, whose
         end comes as fast as the bytes move (and copies a server carries out alone, cross-memory):
         spinning."""
-        # The waiting thread first spins as a blocking MPI call would, without giving its core
-        # away (one that yields comes back late, well after the servers it waits for have
-        # answered); past 0.2 ms it yields, as the servers do, for it then only takes a core.
+        # The waiting thread spins, giving its core away each turn: a server that shares the core
+        # must take the request at once, and its copy must not share the core with this loop.
         backoff = Backoff(ceiling=5e-4, polite=IMPOLITE)
         acquire, release, poll, is_set = self._poll_lock.acquire, self._poll_lock.release, self.poll, done.is_set
         with self._drivers_lock:

@@ -294,3 +294,36 @@ def test_a_request_read_ahead_during_a_copy_is_handled_first_and_only_one_is_rea
     replies = [m[1] for m, _ in wire.replies if m[0] == "reply"]
     assert replies == [5, 6, 7]  # in the order rank 0 sent them
     assert srv.rpc_stats()["read_ahead"] == 1
+
+
+# -- who gives a core away when ----------------------------------------------------------------
+
+
+def test_rank_0_gives_its_core_away_from_the_first_turn_of_a_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server that shares rank 0's core must get it the moment the request is out: rank 0's
+    waits yield on every turn, the first one included."""
+    from pyoffload_mpi import client
+
+    clock = Clock(monkeypatch)
+    backoff = comm.Backoff(ceiling=5e-4, polite=client.IMPOLITE)
+    backoff.pause()
+    assert clock.log == [("yield", 0.0)]
+
+
+def test_only_a_serving_rank_has_open_mpi_poll_without_yielding_and_an_explicit_setting_wins(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from pyoffload_mpi import __main__ as launcher
+
+    variable = "OMPI_MCA_mpi_yield_when_idle"
+    monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "0")  # the application's rank: Open MPI's default
+    launcher._quiet_mpi_waits()
+    assert variable not in os.environ
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "2")  # a server: its own loops decide when to yield
+    launcher._quiet_mpi_waits()
+    assert os.environ[variable] == "0"
+    monkeypatch.setenv(variable, "1")  # mpirun --mca mpi_yield_when_idle 1
+    launcher._quiet_mpi_waits()
+    assert os.environ[variable] == "1"
