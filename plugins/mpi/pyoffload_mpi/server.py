@@ -453,6 +453,7 @@ class Server:
         pid = self.peers[0]
         direct = self._in_place(dst, size, served)
         if direct is not None:
+            self._read_ahead()  # (the synchronisation of a synchronous copy is on its way)
             cma.read(pid, src, cma.address(direct), size)
             return
         served.touched = True
@@ -466,6 +467,7 @@ class Server:
         pid = self.peers[0]
         direct = self._in_place(src, size, served)
         if direct is not None:
+            self._read_ahead()
             cma.write(pid, dst, cma.address(direct), size)
             return
         served.touched = True
@@ -482,6 +484,7 @@ class Server:
         move = cma.read if role == "read" else cma.write
         direct = self._in_place(ptr, size, served)
         if direct is not None:
+            self._read_ahead()
             move(pid, there, cma.address(direct), size)
             return
         served.touched = True

@@ -151,6 +151,8 @@ def test_on_one_machine_a_copy_is_one_request_to_the_rank_that_orders_it(tmp_pat
     after = requests()
     assert after[1] - before[1] == 4 * n + 1, (before, after)      # a request and a synchronisation each
     assert after[2] - before[2] == 1, (before, after)
+    # (the synchronisation, sent right behind the request, is mostly read ahead of the copy)
+    assert link.call(1, "stats")["read_ahead"] >= 1
 
     before = requests()
     for i in range(n):
