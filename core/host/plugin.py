@@ -67,6 +67,17 @@ _dlsym.restype = ctypes.c_void_p
 _dlsym.argtypes = (ctypes.c_void_p, ctypes.c_char_p)
 _memmove = ctypes.memmove
 ALIGNMENT = 64
+# Large allocations ask for transparent huge pages, as numpy does for its arrays: where the
+# system leaves it to each process (THP "madvise" mode) they are otherwise 4 KiB pages, with more
+# page faults and TLB misses, and a copy by another process (an MPI rank's cross-memory copy)
+# pins each page it touches.
+_madvise = getattr(_libc, "madvise", None) if sys.platform.startswith("linux") else None
+if _madvise is not None:
+    _madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    _madvise.restype = ctypes.c_int
+MADV_HUGEPAGE = 14
+HUGE_PAGES_FROM = 4 << 20
+_PAGE = os.sysconf("SC_PAGESIZE") if hasattr(os, "sysconf") else 4096
 
 
 class HostDevice:
@@ -152,6 +163,9 @@ def data_alloc_impl(context: Any, device: Any, size: int, kind: AllocKind) -> in
     ptr = _aligned_alloc(ALIGNMENT, (size + ALIGNMENT - 1) & ~(ALIGNMENT - 1))
     if not ptr:
         raise OutOfResourcesError(f"host backend: aligned_alloc of {size} bytes failed")
+    if size >= HUGE_PAGES_FROM and _madvise is not None:
+        start = (ptr + _PAGE - 1) & ~(_PAGE - 1)
+        _madvise(start, (ptr + size - start) & ~(_PAGE - 1), MADV_HUGEPAGE)  # (a refusal changes nothing)
     return ptr
 
 

@@ -75,14 +75,20 @@ class Flag:
 class RemoteQueue:
     """Rank 0's handle of a queue on a server."""
 
-    __slots__ = ("qid", "rank", "device", "error", "probe", "enqueued", "synchronised_failures", "computing",
-                 "copying")
+    __slots__ = ("qid", "rank", "device", "profiling", "error", "probe", "enqueued", "settled", "deferred", "moving",
+                 "synchronised_failures", "computing", "copying")
 
-    def __init__(self, qid: int, rank: int, device: Any) -> None:
-        self.qid, self.rank, self.device = qid, rank, device
+    def __init__(self, qid: int, rank: int, device: Any, profiling: bool = False) -> None:
+        self.qid, self.rank, self.device, self.profiling = qid, rank, device, profiling
         self.error: ErrorRecord | None = None  # the queue's failure no wait has raised yet: later events carry it
         self.probe: tuple[int, RemoteEvent] | None = None  # for queue_query_impl
-        self.enqueued = 0
+        self.enqueued = 0  # operations enqueued so far
+        self.settled = 0  # of those, how many rank 0 knows to have completed without a failure
+        # A copy rank 0 makes itself when the queue is next synchronised, unless other work comes
+        # first (plugin.py, "copies rank 0 makes itself"): (write, server address, local address,
+        # size, its number among the enqueued operations).
+        self.deferred: tuple[bool, int, int, int, int] | None = None
+        self.moving = threading.Lock()  # held while rank 0 makes a deferred copy
         self.computing = False  # a kernel was launched since the last event recorded
         self.copying = False  # a copy that moves bytes was enqueued since then
         # failures a synchronisation raised: later synchronisations do not raise them again (the
@@ -263,6 +269,8 @@ class Link:
             described[rank] = self.call(rank, "whoami")
         for rank in ranks:
             self.reach.update((rank, other) for other in self.call(rank, "peers", described))
+            if cma.reachable(described[rank]):
+                self.reach.add((0, rank))
 
     def check(self, rank: int) -> None:
         why = self.dead.get(rank)
