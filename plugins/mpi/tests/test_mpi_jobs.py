@@ -201,6 +201,51 @@ def test_on_one_machine_a_copy_is_one_request_to_the_rank_that_orders_it(tmp_pat
     assert "ONE-REQUEST-OK" in done.stdout
 
 
+def test_threads_copying_through_one_internal_queue_keep_every_copy_whole(tmp_path: Path) -> None:
+    """Synchronous copies from several threads share each context's internal queue: whichever
+    thread synchronises makes a deferred copy, a copy sent ahead of other work still arrives
+    before it, and a synchronisation that finds a copy being made waits for it.  Sizes on both
+    sides of the split (over 2 MiB: rank 0 writes half, the server reads half), with queued
+    copies and fills on a queue of the same device in between."""
+    done = _job(tmp_path, """
+    import threading
+    dev = by_rank[1]
+    q = dev.create_queue()
+    failures = []
+
+    def worker(k):
+        rng = np.random.default_rng(k)
+        try:
+            for i in range(25):
+                n = int(rng.choice([4096, 1 << 20, (3 << 20) + 4097]))
+                a = dev.alloc(n)
+                data = rng.integers(0, 256, n, dtype=np.uint8)
+                back = np.zeros(n, np.uint8)
+                pyoffload.memcpy(a, data)
+                pyoffload.memcpy(back, a)
+                assert (back == data).all(), ("synchronous", k, i, n)
+                if i % 5 == k % 5:                                  # queued work on the same memory
+                    pyoffload.memfill(a, np.uint8(k + 1), queue=q)
+                    pyoffload.memcpy(back, a, queue=q)
+                    q.wait()
+                    assert (back == k + 1).all(), ("queued", k, i, n)
+                pyoffload.free(a)
+        except BaseException as exc:
+            failures.append(repr(exc))
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads), "a thread hangs"
+    assert not failures, failures
+    print("THREADS-OK", flush=True)
+    """, limit=150)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "THREADS-OK" in done.stdout
+
+
 @pytest.mark.parametrize("cma", ["1", "0"], ids=["cross-memory", "messages"])
 def test_copies_with_device_memory_are_staged_in_queue_order(tmp_path: Path, cma: str) -> None:
     """Copies whose server side is not host memory (a PoCL device) go through a staging buffer on
