@@ -968,10 +968,16 @@ typedef struct {
     PyObject_HEAD
     PyObject *fallback;      /* the Python function */
     PyObject *default_kind;  /* alloc: AllocKind.DEVICE; NULL for free */
+    /* alloc: the last device served and its default context's lanes, so that a run of requests
+     * on one device skips the four attribute reads of default_lanes().  Valid while the lanes
+     * have pools: a context empties its lanes before it stops being live or being the default
+     * context (Context._release), and a declined request forgets them. */
+    PyObject *last_device;
+    PyObject *last_lanes;
     vectorcallfunc vectorcall;
 } Entry;
 
-#define ENTRY_FIELDS(X) X(fallback) X(default_kind)
+#define ENTRY_FIELDS(X) X(fallback) X(default_kind) X(last_device) X(last_lanes)
 GC_FUNCTIONS(Entry, ENTRY_FIELDS)
 
 static PyObject *fast_free(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
@@ -1015,13 +1021,25 @@ alloc_entry_call(Entry *self, PyObject *const *args, size_t nargsf, PyObject *kw
 {
     Py_ssize_t n = PyVectorcall_NARGS(nargsf);
     if (kwnames == NULL && (n == 2 || n == 3)) {
-        PyObject *lanes = default_lanes(args[0]);
+        PyObject *lanes;
+        if (args[0] == self->last_device && self->last_lanes != NULL) {
+            lanes = Py_NewRef(self->last_lanes);
+        }
+        else {
+            lanes = default_lanes(args[0]);
+            if (lanes != NULL) {
+                Py_XSETREF(self->last_lanes, Py_NewRef(lanes));
+                Py_XSETREF(self->last_device, Py_NewRef(args[0]));
+            }
+        }
         if (lanes != NULL) {
             PyObject *r = lanes_alloc((Lanes *)lanes, args[0], args[1], n == 3 ? args[2] : self->default_kind);
             Py_DECREF(lanes);
             if (r != Py_None)
                 return r;  /* the allocation, or NULL with an error */
             Py_DECREF(r);
+            Py_CLEAR(self->last_device);  /* declined: look the lanes up afresh next time */
+            Py_CLEAR(self->last_lanes);
         }
     }
     return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
@@ -1108,6 +1126,7 @@ make_entry(PyObject *fallback, PyObject *default_kind, vectorcallfunc call)
         return NULL;
     e->fallback = Py_NewRef(fallback);
     e->default_kind = Py_XNewRef(default_kind);
+    e->last_device = e->last_lanes = NULL;
     e->vectorcall = call;
     PyObject_GC_Track(e);
     return (PyObject *)e;

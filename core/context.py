@@ -218,12 +218,12 @@ class GenericContext:
         with self._lock:
             if not self.live:
                 return
+            self.lanes.clear()  # first: the C fast path serves whatever lanes hold (_fastpath.c, Entry)
             self.live = False
             internal = list(self.internal_queues.values())
             pools = list(self.pools.items())
             self.internal_queues.clear()
             self.pools.clear()
-            self.lanes.clear()
             for _, pool in pools:
                 pool.disable_fast_path()
         for queue in internal:
@@ -243,8 +243,8 @@ class GenericContext:
 
     def abandon(self) -> None:
         """In a forked child (one thread; the parent's locks may be held: none is taken here)."""
+        self.lanes.clear()  # the fast path checks the runtime, not the context: turn it off first
         self.live = False
-        self.lanes.clear()  # the fast path checks the runtime, not the context: turn it off here
         for pool in self.pools.values():
             pool.disable_fast_path()
         for queue in self.internal_queues.values():

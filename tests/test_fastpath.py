@@ -226,6 +226,23 @@ def test_a_closed_context_is_not_served(host: Any) -> None:
         c.alloc(64)
 
 
+def test_a_default_context_that_closed_is_not_served_from_the_entrys_memory(host: Any) -> None:
+    """``device.alloc`` remembers the last device's lanes; a closed default context's lanes are
+    empty, so the next request finds the new default context."""
+    for _ in range(3):
+        pyoffload.free(host.alloc(64))
+    old = host.default_context
+    old.close()
+    assert host.platform.default_context_slot is None
+    a = host.alloc(64)
+    assert a.context is host.default_context is not old and a.context.live
+    pyoffload.free(a)
+    b = host.alloc(64)  # served by the fast path again, from the new context's pool
+    assert b.context is a.context
+    pyoffload.free(b)
+    assert frames(lambda: pyoffload.free(host.alloc(64))) == []
+
+
 def test_threads_allocating_and_freeing_stay_consistent(host: Any) -> None:
     pyoffload.free(host.alloc(64))
     ctx = host.default_context
