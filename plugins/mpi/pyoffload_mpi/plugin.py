@@ -231,14 +231,19 @@ def _defer(link: Link, queue: RemoteQueue, write: bool, address: int, local: int
     return True
 
 
+def _post_cma(link: Link, queue: RemoteQueue, write: bool, address: int, local: int, size: int) -> None:
+    """The request that makes the server read a copy to it (``write``) from rank 0's ``local``, or
+    write a copy from it there."""
+    queue.copying = True  # (a wait for it spins: the bytes move now)
+    link.post(queue.rank, ("submit_from" if write else "retrieve_to", queue.qid, address, size, local))
+
+
 def _send_deferred(link: Link, queue: RemoteQueue) -> None:
     """Other work comes on the queue: send its deferred copy to the server first."""
     with queue.moving:
         deferred, queue.deferred = queue.deferred, None
         if deferred is not None:
-            write, address, local, size, _ = deferred
-            queue.copying = True
-            link.post(queue.rank, ("submit_from" if write else "retrieve_to", queue.qid, address, size, local))
+            _post_cma(link, queue, *deferred[:4])
 
 
 def _make_deferred(link: Link, queue: RemoteQueue) -> None:
@@ -251,8 +256,7 @@ def _make_deferred(link: Link, queue: RemoteQueue) -> None:
         try:
             (cma.write if write else cma.read)(queue.device.info["mpi.pid"], address, local, size)
         except OSError:  # (the server went away, say): the request reports what happened
-            queue.copying = True
-            link.post(queue.rank, ("submit_from" if write else "retrieve_to", queue.qid, address, size, local))
+            _post_cma(link, queue, write, address, local, size)
             return
         if queue.settled == number - 1:
             queue.settled = number
@@ -272,8 +276,7 @@ def data_submit_impl(device: RemoteDevice, queue: RemoteQueue, dst: int, src: me
                 return
             address, local, size = address + here, local + here, size - here
         queue.enqueued += 1
-        queue.copying = True  # (a wait for it spins: the bytes move now)
-        link.post(queue.rank, ("submit_from", queue.qid, address, size, local))
+        _post_cma(link, queue, True, address, local, size)
         return
     queue.enqueued += 1
     link.post(queue.rank, ("submit", queue.qid, local_address(dst, queue.rank), size), src[:size])
@@ -290,8 +293,7 @@ def data_retrieve_impl(device: RemoteDevice, queue: RemoteQueue, dst: memoryview
         local = cma.address(dst)
         if not _defer(link, queue, False, address, local, size):
             queue.enqueued += 1
-            queue.copying = True  # (a wait for it spins: the bytes move now)
-            link.post(queue.rank, ("retrieve_to", queue.qid, address, size, local))
+            _post_cma(link, queue, False, address, local, size)
         return
     queue.enqueued += 1
     with _lock:
