@@ -474,9 +474,9 @@ class Link:
                 event.stored = message[3]
                 event.done.set()
         elif op == "qerror":
-            queue = self.queues.get(message[1])
-            if queue is not None and queue.error is None:
-                queue.error = message[2]
+            failed = self.queues.get(message[1])
+            if failed is not None and failed.error is None:
+                failed.error = message[2]
             if self._receiving:
                 self._set_aside(message[1])
 

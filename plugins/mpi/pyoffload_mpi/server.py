@@ -304,7 +304,7 @@ class Server:
         device = self.devices[index]
         return device.disp.compile_impl(device.handle, source, options)  # type: ignore[no-any-return]
 
-    def rpc_stats(self) -> dict[str, int]:
+    def rpc_stats(self) -> dict[str, Any]:
         """What tests check of how requests were carried out: threads alive, events kept, events
         the main loop reported at once and events a queue's watcher reported, sides of copies
         between servers in progress."""
@@ -472,7 +472,7 @@ class Server:
             return
         served.touched = True
         staging = np.empty(size, np.uint8)
-        served.queue.memcpy(memoryview(staging), src, size)
+        served.queue.memcpy(staging.data, src, size)
         served.queue.launch_host_function(
             self._guarded(served, lambda: cma.write(pid, dst, staging.ctypes.data, size)))
 
@@ -491,11 +491,11 @@ class Server:
         staging = np.empty(size, np.uint8)
         moved = self._guarded(served, lambda: move(pid, there, staging.ctypes.data, size))
         if role == "write":
-            served.queue.memcpy(memoryview(staging), ptr, size)
+            served.queue.memcpy(staging.data, ptr, size)
             served.queue.launch_host_function(moved)
         else:
             served.queue.launch_host_function(moved)
-            served.queue.memcpy(ptr, memoryview(staging), size)
+            served.queue.memcpy(ptr, staging.data, size)
 
     def do_retrieve(self, served: ServedQueue, src: int, size: int, mpi_tag: int) -> None:
         """Send ``size`` bytes from ``src`` to rank 0, whose receives are posted already (one per
@@ -511,7 +511,7 @@ class Server:
                 wait_all(requests, self._read_ahead)
                 return
             served.touched = True
-            staging = memoryview(np.empty(size, np.uint8))
+            staging = np.empty(size, np.uint8).data
             served.queue.memcpy(staging, src, size)
         except BaseException:
             wait_all([self.comm.Isend([b"", _byte()], 0, mpi_tag) for _ in chunks(size)])
@@ -534,7 +534,7 @@ class Server:
                 self._pull(direct, peer, mpi_tag, check=check)
             return
         served.touched = True
-        view = memoryview(np.empty(size, np.uint8))
+        view = np.empty(size, np.uint8).data
         if role == "send":
             served.queue.memcpy(view, ptr, size)
             served.queue.launch_host_function(self._guarded(served, lambda: self._push(view, peer, mpi_tag, ack=True)))
@@ -548,7 +548,7 @@ class Server:
         import pyoffload
 
         direct = self._in_place(ptr, size, None)
-        view = direct if direct is not None else memoryview(np.empty(size, np.uint8))
+        view = direct if direct is not None else np.empty(size, np.uint8).data
         if role == "send":
             if direct is None:
                 pyoffload.memcpy(view, ptr, size)
