@@ -75,11 +75,11 @@ class Flag:
 class RemoteQueue:
     """Rank 0's handle of a queue on a server."""
 
-    __slots__ = ("qid", "rank", "device", "profiling", "error", "probe", "enqueued", "settled", "deferred", "moving",
-                 "synchronised_failures", "computing", "copying")
+    __slots__ = ("link", "qid", "rank", "device", "profiling", "error", "probe", "enqueued", "settled", "deferred",
+                 "moving", "synchronised_failures", "computing", "copying")
 
-    def __init__(self, qid: int, rank: int, device: Any, profiling: bool = False) -> None:
-        self.qid, self.rank, self.device, self.profiling = qid, rank, device, profiling
+    def __init__(self, link: Link, qid: int, rank: int, device: Any, profiling: bool = False) -> None:
+        self.link, self.qid, self.rank, self.device, self.profiling = link, qid, rank, device, profiling
         self.error: ErrorRecord | None = None  # the queue's failure no wait has raised yet: later events carry it
         self.probe: tuple[int, RemoteEvent] | None = None  # for queue_query_impl
         self.enqueued = 0  # operations enqueued so far

@@ -59,7 +59,9 @@ def enabled() -> bool:
     return _FUNCTIONS is not None and bool(settings.integer(CMA_VARIABLE, 1))
 
 
-def _move(write: bool, pid: int, remote: int, local: int, size: int) -> None:
+def move(write: bool, pid: int, remote: int, local: int, size: int) -> None:
+    """Copy ``size`` bytes between ``local`` in this process and ``remote`` in process ``pid``:
+    into it (``write``) or out of it."""
     assert _FUNCTIONS is not None
     fn = _FUNCTIONS[1 if write else 0]
     mine, theirs = _IoVec(), _IoVec()
@@ -78,12 +80,12 @@ def _move(write: bool, pid: int, remote: int, local: int, size: int) -> None:
 
 def read(pid: int, remote: int, local: int, size: int) -> None:
     """Copy ``size`` bytes at ``remote`` in process ``pid`` to ``local`` in this one."""
-    _move(False, pid, remote, local, size)
+    move(False, pid, remote, local, size)
 
 
 def write(pid: int, remote: int, local: int, size: int) -> None:
     """Copy ``size`` bytes at ``local`` in this process to ``remote`` in process ``pid``."""
-    _move(True, pid, remote, local, size)
+    move(True, pid, remote, local, size)
 
 
 def address(view: memoryview) -> int:
