@@ -84,21 +84,27 @@ class Queue(QueueCore):
         """Make work enqueued on this queue from now on wait for ``events`` — of other queues,
         devices or backends — without blocking the host (``olWaitEvents``)."""
         self.check_live()
+        for ev in events:
+            if not isinstance(ev, Event):
+                raise TypeError(f"wait_events takes pyoffload.Event objects, got {got(ev)}")
+        self._wait_for_operations([(ev.queue, ev.seq) for ev in events])
+
+    def _wait_for_operations(self, operations: list[tuple[QueueCore, int]]) -> None:
+        """Make later work on this queue wait for operation ``seq`` of each ``(queue, seq)``:
+        through the backend (a marker) for queues of this backend and platform, else through a
+        waiter on the queue's helper thread (the backend's wait takes only its own events)."""
         native: list[tuple[QueueCore, Marker]] = []
         foreign: list[Callable[[], None]] = []
         try:
-            for ev in events:
-                if not isinstance(ev, Event):
-                    raise TypeError(f"wait_events takes pyoffload.Event objects, got {got(ev)}")
-                source = ev.queue
-                if source is self or ev.seq <= source.done:
+            for source, seq in operations:
+                if source is self or seq <= source.done:
                     continue  # in order already, or complete
                 if source.device.plugin is self.device.plugin and source.device.platform is self.device.platform:
-                    marker = source.marker_for(ev.seq)
+                    marker = source.marker_for(seq)
                     if marker is not None:
                         native.append((source, marker))
                 else:
-                    foreign.append(waiter(source, ev.seq))
+                    foreign.append(waiter(source, seq))
             if native or foreign:
                 self.wait_on(native, foreign)
         finally:
@@ -219,14 +225,7 @@ class Queue(QueueCore):
         try:
             if alloc.context is not self.context:
                 raise InvalidArgumentError(f"free_async: {alloc!r} is not in the queue's context {self.context!r}")
-            others = [(q, s) for q, s in (alloc.users or {}).items() if q is not self and q.live and s > q.done]
-            if others:
-                markers = [(q, m) for q, s in others if (m := q.marker_for(s)) is not None]
-                try:
-                    self.wait_on(markers, [])
-                finally:
-                    for q, m in markers:
-                        q.unpin(m)
+            self._wait_for_operations([(q, s) for q, s in (alloc.users or {}).items() if q.live])
         except BaseException:
             unclaim(alloc)
             raise

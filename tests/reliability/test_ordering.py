@@ -98,6 +98,46 @@ def test_free_async_waits_for_other_queues_before_the_block_is_reused(dev: Any, 
         q_free.destroy()
 
 
+def _one_device_per_backend() -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for d in pyoffload.devices():
+        if d.backend != "twin" or d.handle.label == "a0":
+            found.setdefault(d.backend, d)
+    return found
+
+
+def test_free_async_waits_for_queues_of_other_backends_that_use_the_memory(twin_runtime: Any) -> None:
+    """A queue of another backend that still reads the memory (a copy it orders as a host
+    function) is waited for through a waiter: that backend's events never reach this backend's
+    wait hook (the OpenCL backend's raised on a host queue's event, and the allocation leaked).
+    Every ordered pair of the backends present."""
+    devices = _one_device_per_backend()
+    pairs = [(mine, theirs) for mine in devices for theirs in devices if mine != theirs]
+    assert pairs, "one backend only: this test would check nothing"
+    for mine, theirs in pairs:
+        dev, other = devices[mine], devices[theirs]
+        q_other, q_free = other.create_queue(), dev.create_queue()
+        out = np.zeros(8, np.int64)
+        try:
+            a = q_free.alloc_async(64)
+            pyoffload.memfill(a, np.int64(5))
+            q_other.launch_host_function(lambda: time.sleep(0.1))
+            q_other.memcpy(out, a)                           # reads a after the sleep
+            assert q_other in (a.users or {}), (mine, theirs, "the other queue is not a user: nothing to check")
+            q_free.free_async(a)
+            b = q_free.alloc_async(64)
+            assert b.ptr == a.ptr, (mine, theirs, "the freed block was not reused: nothing to check")
+            q_free.memfill(b, np.int64(7))
+            q_free.wait()
+            q_other.wait()
+            assert (out == 5).all(), (mine, theirs, f"the other backend's copy read the block after its reuse ({out[0]})")
+            q_free.free_async(b)
+            q_free.wait()
+        finally:
+            q_other.destroy()
+            q_free.destroy()
+
+
 def _timed(q: Any, kernels: Any, out: Any, iterations: int) -> tuple[float, float]:
     """(elapsed_ms between events recorded around a sleep_spin launch, the same read backwards)."""
     start = q.record()
