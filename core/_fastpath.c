@@ -265,13 +265,7 @@ static PyTypeObject AllocationBaseType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "pyoffload._fastpath.AllocationBase",
     .tp_doc = PyDoc_STR("The fields of pyoffload.Allocation."),
-    .tp_basicsize = sizeof(AllocationBase),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .tp_new = PyType_GenericNew,
-    .tp_dealloc = (destructor)AllocationBase_dealloc,
-    .tp_traverse = (traverseproc)AllocationBase_traverse,
-    .tp_clear = (inquiry)AllocationBase_clear,
-    .tp_members = AllocationBase_members,
+    GC_FIELDS_TYPE_SLOTS(AllocationBase),
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -307,13 +301,7 @@ static PyTypeObject BlockBaseType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "pyoffload._fastpath.BlockBase",
     .tp_doc = PyDoc_STR("The fields of a pool block."),
-    .tp_basicsize = sizeof(BlockBase),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .tp_new = PyType_GenericNew,
-    .tp_dealloc = (destructor)BlockBase_dealloc,
-    .tp_traverse = (traverseproc)BlockBase_traverse,
-    .tp_clear = (inquiry)BlockBase_clear,
-    .tp_members = BlockBase_members,
+    GC_FIELDS_TYPE_SLOTS(BlockBase),
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -443,13 +431,7 @@ static PyTypeObject PoolBaseType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "pyoffload._fastpath.PoolBase",
     .tp_doc = PyDoc_STR("The hot fields of a caching allocator."),
-    .tp_basicsize = sizeof(PoolBase),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .tp_new = PyType_GenericNew,
-    .tp_dealloc = (destructor)PoolBase_dealloc,
-    .tp_traverse = (traverseproc)PoolBase_traverse,
-    .tp_clear = (inquiry)PoolBase_clear,
-    .tp_members = PoolBase_members,
+    GC_FIELDS_TYPE_SLOTS(PoolBase),
     .tp_methods = PoolBase_methods,
 };
 

@@ -64,13 +64,7 @@ static PyTypeObject EventBaseType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "pyoffload._launch.EventBase",
     .tp_doc = PyDoc_STR("The fields of pyoffload.Event."),
-    .tp_basicsize = sizeof(EventBase),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .tp_new = PyType_GenericNew,
-    .tp_dealloc = (destructor)EventBase_dealloc,
-    .tp_traverse = (traverseproc)EventBase_traverse,
-    .tp_clear = (inquiry)EventBase_clear,
-    .tp_members = EventBase_members,
+    GC_FIELDS_TYPE_SLOTS(EventBase),
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -335,13 +329,7 @@ static PyTypeObject QueueBaseType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "pyoffload._launch.QueueBase",
     .tp_doc = PyDoc_STR("The hot fields of pyoffload.queue_core.QueueCore, and its launch hand-over."),
-    .tp_basicsize = sizeof(QueueBase),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .tp_new = PyType_GenericNew,
-    .tp_dealloc = (destructor)QueueBase_dealloc,
-    .tp_traverse = (traverseproc)QueueBase_traverse,
-    .tp_clear = (inquiry)QueueBase_clear,
-    .tp_members = QueueBase_members,
+    GC_FIELDS_TYPE_SLOTS(QueueBase),
     .tp_methods = QueueBase_methods,
 };
 
@@ -429,13 +417,7 @@ static PyTypeObject PreparedBaseType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "pyoffload._launch.PreparedBase",
     .tp_doc = PyDoc_STR("The fields of pyoffload.PreparedLaunch, and its call."),
-    .tp_basicsize = sizeof(PreparedBase),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .tp_new = PyType_GenericNew,
-    .tp_dealloc = (destructor)PreparedBase_dealloc,
-    .tp_traverse = (traverseproc)PreparedBase_traverse,
-    .tp_clear = (inquiry)PreparedBase_clear,
-    .tp_members = PreparedBase_members,
+    GC_FIELDS_TYPE_SLOTS(PreparedBase),
     .tp_methods = PreparedBase_methods,
     .tp_call = (ternaryfunc)Prepared_call,
 };
