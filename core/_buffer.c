@@ -13,22 +13,30 @@
 
 #include "_buffer.h"
 
+/* An export and a free meet through two fields (pyoffload.memory._claim): the export counts
+ * itself first, then checks `exportable`; a free clears `exportable` first, then checks the count.
+ * Each writes its own field before it reads the other's, so at least one of them sees the other:
+ * a free never misses an export that succeeded. */
 static int
 BufferBase_getbuffer(BufferBase *self, Py_buffer *view, int flags)
 {
+    self->exports++;
     if (!self->exportable) {
+        self->exports--;
         PyErr_SetString(PyExc_BufferError,
-                        "this memory is not host-accessible (DEVICE memory): use pyoffload.memcpy");
+                        "this memory is not host-accessible (DEVICE memory) or was freed: use pyoffload.memcpy");
         return -1;
     }
     if (self->ptr == 0 && self->nbytes != 0) {
+        self->exports--;
         PyErr_SetString(PyExc_BufferError, "this allocation was freed");
         return -1;
     }
     if (PyBuffer_FillInfo(view, (PyObject *)self, (void *)(uintptr_t)self->ptr, self->nbytes,
-                          self->readonly, flags) < 0)
+                          self->readonly, flags) < 0) {
+        self->exports--;
         return -1;
-    self->exports++;
+    }
     return 0;
 }
 

@@ -1,5 +1,4 @@
-/* The layout of pyoffload._buffer.BufferBase, shared with pyoffload._fastpath (whose
- * AllocationBase extends it). */
+/* The layout of pyoffload._buffer.BufferBase. */
 #ifndef PYOFFLOAD_BUFFER_H
 #define PYOFFLOAD_BUFFER_H
 

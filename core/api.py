@@ -12,11 +12,11 @@ are imported when a device first allocates, loads or queues something.
 from __future__ import annotations
 
 import importlib
+import operator
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import runtime as _runtime
-from ._fastpath import alloc_entry as _alloc_entry
 from .context import GenericContext
 from .device import GenericDevice, Platform
 from .enums import AllocKind, DeviceType
@@ -84,7 +84,9 @@ class MemoryPool:
 
     @limit.setter
     def limit(self, value: int | None) -> None:
-        self._allocator.limit = None if value is None else int(value)
+        value = None if value is None else operator.index(value)
+        with self._allocator.lock:
+            self._allocator.limit = value
 
     @property
     def max_request(self) -> int | None:
@@ -92,7 +94,9 @@ class MemoryPool:
 
     @max_request.setter
     def max_request(self, value: int | None) -> None:
-        self._allocator.max_request = None if value is None else int(value)
+        value = None if value is None else operator.index(value)
+        with self._allocator.lock:
+            self._allocator.max_request = value
 
     @property
     def enabled(self) -> bool:
@@ -100,10 +104,12 @@ class MemoryPool:
 
     @enabled.setter
     def enabled(self, on: bool) -> None:
-        if on and not self._allocator.enabled:
-            self._allocator.max_request = None
-        elif not on:
-            self._allocator.max_request = 0
+        with self._allocator.lock:
+            if on and not self._allocator.enabled:
+                self._allocator.max_request = None
+            elif not on:
+                self._allocator.max_request = 0
+        if not on:
             self._allocator.trim()
 
     def __repr__(self) -> str:
@@ -159,7 +165,6 @@ class Device(GenericDevice):
                     ctx = self.platform.default_context_slot = Context(self.platform.devices)
         return ctx  # type: ignore[no-any-return]
 
-    @_alloc_entry  # the common case in C, no Python frame; everything else below
     def alloc(self, size: int, kind: AllocKind = AllocKind.DEVICE) -> Allocation:
         """Allocate in the default context; HOST memory belongs to no device."""
         return allocate(self.default_context, self, size, kind)

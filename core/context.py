@@ -15,7 +15,6 @@ from typing import Any, Protocol
 from .device import GenericDevice
 from .enums import AllocKind, MemoryConnection
 from .errors import Errc, InvalidArgumentError, InvalidHandleError, InvalidSizeError, got
-from ._fastpath import FastState, Lanes
 from .pool import CachingAllocator
 from .queue_core import QueueCore
 from .runtime import dead_runtime_error, warn_teardown
@@ -63,12 +62,15 @@ class GenericContext:
         self.plugin = self.platform.plugin
         self.disp = self.plugin.dispatch
         self._lock = threading.RLock()
-        self.owned_objects: dict[int, Owned] = {}  # programs, queues, allocations made in this context
+        # -- guarded by _lock (each is also read without it: single dict reads are atomic) -----
+        # Programs, queues and allocations made in this context (allocations enter and leave it
+        # with single dict operations; close() copies it under the lock).
+        self.owned_objects: dict[int, Owned] = {}
         self.internal_queues: dict[int, QueueCore] = {}
         self.pools: dict[tuple[int, int], CachingAllocator] = {}
-        self.lanes = Lanes(AllocKind.HOST)  # the pools the C fast path serves, by (device, kind)
-        self._connections: dict[tuple[Any, ...], MemoryConnection] = {}
+        self._connections: dict[tuple[Any, ...], MemoryConnection] = {}  # a cache: races only recompute
         self.handle = self.disp.context_create_impl([d.handle for d in self.devices])
+        self.leaked_segments = 0  # segments kept at close for memory still exported
         self.live = True
         with self.rt.lock:
             self.rt.contexts.append(self)
@@ -133,16 +135,6 @@ class GenericContext:
                     pool = self._make_pool(device, kind)
                     self.pools[key] = pool
         return pool
-
-    def enable_fast_path(self, device: GenericDevice | None, kind: AllocKind, pool: CachingAllocator,
-                         state: FastState, exportable: bool, max_alloc: int) -> None:
-        """Let the C fast path serve ``pool``'s common requests (``self.lanes``) until the context
-        closes; ``exportable`` and ``max_alloc`` are settled for (``device``, ``kind``)."""
-        with self._lock:
-            if not self.live or pool.fast_path_state is not None:
-                return
-            pool.enable_fast_path(state, self, device, kind, self.plugin.name, self.owned_objects, exportable, max_alloc)
-            self.lanes.add(device, kind, pool)
 
     def _make_pool(self, device: GenericDevice | None, kind: AllocKind) -> CachingAllocator:
         disp, ch = self.disp, self.handle
@@ -218,35 +210,37 @@ class GenericContext:
         with self._lock:
             if not self.live:
                 return
-            self.lanes.clear()  # first: the C fast path serves whatever lanes hold (_fastpath.c, Entry)
             self.live = False
             internal = list(self.internal_queues.values())
             pools = list(self.pools.items())
             self.internal_queues.clear()
             self.pools.clear()
-            for _, pool in pools:
-                pool.disable_fast_path()
         for queue in internal:
             try:
                 queue.close(at_exit)
             except Exception as exc:
                 warn_teardown(f"closing {queue!r}", exc)
+        leaked = 0
         for _, pool in pools:
-            for base in pool.release_all():
+            bases, kept = pool.release_all()
+            leaked += len(kept)
+            for base in bases:
                 try:
                     pool.backend_free(base)
                 except Exception as exc:
                     warn_teardown(f"releasing cached memory of {self!r}", exc)
         if self.platform.default_context_slot is self:
             self.platform.default_context_slot = None
+        if leaked:
+            # Memory of this context is still exported (it was leaked with a warning): destroying
+            # the backend's context could unmap it under its consumer.  Leak the context too.
+            self.leaked_segments = leaked
+            return
         self.disp.context_destroy_impl(self.handle)
 
     def abandon(self) -> None:
         """In a forked child (one thread; the parent's locks may be held: none is taken here)."""
-        self.lanes.clear()  # the fast path checks the runtime, not the context: turn it off first
         self.live = False
-        for pool in self.pools.values():
-            pool.disable_fast_path()
         for queue in self.internal_queues.values():
             queue.abandon()
 

@@ -23,9 +23,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import dlpack
-from ._buffer import BufferBase
-from ._fastpath import AllocationBase, FastState, Lock, free as _fast_free, free_entry as _free_entry
-from ._fastpath import set_drain as _set_drain
+from .bufferbase import BufferBase
 from .context import GenericContext
 from .device import GenericDevice
 from .enums import AllocKind
@@ -39,6 +37,8 @@ from .errors import (
     UnsupportedError,
 )
 from .checks import MAX_SIZE, check_kind, check_size
+from .locks import check_not_reentered, defer, held_by_me, run_deferred
+from .locks import pending as _pending
 from .pool import Block, CachingAllocator
 from .queue_core import QueueCore, running_host_function
 from . import runtime as _runtime
@@ -47,35 +47,10 @@ from .runtime import CLOSING, LIVE, Runtime, active, dead_runtime_error, warn_te
 from .tracking import origin
 
 _COLLISION_RETRIES = 8
-_claim = Lock()  # makes "is it live? then it is mine to free" one step (the C fast path sees it held)
-_claim_acquire, _claim_release = _claim.acquire, _claim.release
 _new = BufferBase.__new__
-_fast_states: weakref.WeakKeyDictionary[Runtime, FastState] = weakref.WeakKeyDictionary()
-_deferred: collections.deque[tuple[Any, AllocKind | None]] = collections.deque()  # see free
 
 
-def _drain_deferred() -> None:
-    """Run the frees deferred by finalizers (called by the C side once the interrupted thread holds
-    no allocator lock).  The first error is raised at the end, and reported there like an
-    exception in a finalizer (``sys.unraisablehook``); the other frees still run."""
-    first: Exception | None = None
-    while _deferred:
-        try:
-            target, kind = _deferred.popleft()
-        except IndexError:  # another thread drained it
-            break
-        try:
-            free(target, kind)
-        except Exception as exc:
-            first = first or exc
-    if first is not None:
-        raise first
-
-
-_set_drain(_drain_deferred)
-
-
-class Allocation(AllocationBase):
+class Allocation(BufferBase):
     """A block of memory: from ``Context.alloc`` / ``Device.alloc`` / ``Queue.alloc_async``, or an
     external range (a program's global, memory imported with ``from_dlpack`` or ``from_native``).
 
@@ -87,20 +62,26 @@ class Allocation(AllocationBase):
     DLPack consumer) still points into it is refused: a dangling view would be worse.
     """
 
-    __slots__ = ("__weakref__",)  # the fields are C members (AllocationBase): the fast path fills them in
+    # Fixed at creation: size, kind, device, context, origin, owned, pool_block, source_pool.
+    # Guarded by the registry's lock (``context.rt.registry.lock``): live, exportable (BufferBase),
+    # dl_exports, owner; a free's claim reads the export counts under it (see ``_claim``).
+    # ``users`` is guarded by the locks of the queues that record themselves in it.
+    __slots__ = ("size", "kind", "device", "context", "origin", "owned", "owner", "live", "pool_block",
+                 "source_pool", "users", "dl_exports", "prepared", "__weakref__")
 
     size: int
     kind: AllocKind
     device: GenericDevice | None
     context: GenericContext
     origin: str | None
-    owned: bool
-    owner: Any
-    live: bool
+    owned: bool  # pyoffload's own memory (else: a global or foreign memory, never freed by us)
+    owner: Any  # what keeps external memory alive
+    live: bool  # not yet freed or released
     pool_block: Block | None
     source_pool: CachingAllocator | None
-    users: dict[QueueCore, int] | None
+    users: dict[QueueCore, int] | None  # queue -> sequence number of the last operation using it
     dl_exports: int  # DLPack exports of memory the buffer protocol does not count (device memory)
+    prepared: bool  # a prepared launch uses it (its free moves the runtime's epoch)
 
     teardown_rank = 2
 
@@ -253,21 +234,19 @@ def allocate(ctx: GenericContext, device: GenericDevice | None, size: Any, kind:
              queue: QueueCore | None = None) -> Allocation:
     """Allocate ``size`` bytes of ``kind`` in ``ctx`` (on ``device`` unless HOST), usable at once
     or, with ``queue``, by work enqueued on it from now on (stream order)."""
-    if queue is None:  # the common case, in C (pyoffload._fastpath); None: not handled there
-        alloc = ctx.lanes.alloc(device if device is not None else ctx.devices[0], size, kind)
-        if alloc is not None:
-            return alloc  # type: ignore[no-any-return]
     if type(size) is not int or not 0 < size < MAX_SIZE:
         size = check_size(size)
     if kind.__class__ is not AllocKind:
         check_kind(kind)
-    if not ctx.live or ctx.rt.state is not LIVE:
+    rt = ctx.rt
+    if not ctx.live or rt.state is not LIVE:
         ctx.check_alive()
-        ctx.rt.check_alive()
+        rt.check_alive()
     if kind is AllocKind.HOST:
         device = None
         if kind not in (ctx.devices[0].limits_cache or ctx.devices[0].limits).kinds:
             raise UnsupportedError(f"{ctx.devices[0].id} does not support HOST memory (info 'memory_kinds')")
+        exportable = True
     else:
         if device is None:
             device = ctx.devices[0]
@@ -279,66 +258,63 @@ def allocate(ctx: GenericContext, device: GenericDevice | None, size: Any, kind:
         if size > limits.max_alloc:
             raise OutOfResourcesError(
                 f"alloc of {size} bytes exceeds the largest allocation of {device.id} ({limits.max_alloc} bytes)")
+        exportable = kind is not AllocKind.DEVICE or device.host_memory
+    registry = rt.registry
+    check_not_reentered(registry.lock, "alloc")
     pool = ctx.pools.get((id(device), id(kind))) or ctx.pool(device, kind)
-    if pool.fast_path_state is None:
-        _enable_fast_path(ctx, device, kind, pool)
     block = pool.take(size, queue)
-    rt = ctx.rt
     alloc = _new(Allocation)
     alloc.ptr, alloc.size, alloc.kind, alloc.device, alloc.context = block.ptr, size, kind, device, ctx
     alloc.origin = origin() if rt.tracker.on else None
-    alloc.owned, alloc.owner, alloc.live = True, None, True
+    alloc.owned, alloc.owner, alloc.live, alloc.prepared = True, None, True, False
     alloc.pool_block, alloc.source_pool, alloc.users, alloc.dl_exports = block, pool, None, 0
-    alloc.nbytes, alloc.exportable = size, kind is not AllocKind.DEVICE or device.host_memory  # type: ignore[union-attr]
-    # A backend never hands out overlapping live blocks itself: ranges are checked for overlap only
-    # while another backend has live memory too (where address spaces can coincide).
+    alloc.nbytes, alloc.exportable = size, exportable
     space = ctx.plugin.name
-    live = rt.live_per_space
-    if rt.registry.insert(block.ptr, block.ptr + size, alloc, len(live) > 1 or bool(live) and space not in live):
-        _place_aside(rt, alloc, pool, queue)
-    live[space] = live.get(space, 0) + 1
+    try:
+        with registry.lock:
+            # A backend never hands out overlapping live blocks itself: ranges are checked for
+            # overlap only while another backend has live memory too (address spaces can coincide).
+            live = rt.live_per_space
+            clash = registry.insert_locked(block.ptr, block.ptr + size, alloc,
+                                           len(live) > 1 or bool(live) and space not in live)
+            if not clash:
+                live[space] = live.get(space, 0) + 1
+        if clash:
+            _place_aside(rt, alloc, pool, queue, space)
+    except BaseException:
+        pool.give(alloc.pool_block)  # type: ignore[arg-type]
+        raise
     ctx.owned_objects[id(alloc)] = alloc
     if rt.tracker.on:
         rt.tracker.allocated(alloc)
+    if _pending():
+        run_deferred()
     return alloc
 
 
-def _enable_fast_path(ctx: GenericContext, device: GenericDevice | None, kind: AllocKind,
-                      pool: CachingAllocator) -> None:
-    """Let the C fast path serve ``pool``'s common requests from now on (``ctx.lanes``), with the
-    checks :func:`allocate` has just made for (``device``, ``kind``) settled once."""
-    rt = ctx.rt
-    if rt.tracker.on:  # the tracker records every allocation and free: the Python path does
-        return
-    state = _fast_states.get(rt)
-    if state is None:
-        entries, to_add, to_remove, lock = rt.registry.parts()
-        state = FastState(rt, LIVE, AllocKind.HOST, entries, to_add, to_remove, lock, rt.live_per_space, _claim,
-                          Allocation)
-        _fast_states[rt] = state
-    exportable = kind is not AllocKind.DEVICE or (device is not None and device.host_memory)
-    max_alloc = MAX_SIZE - 1 if device is None else (device.limits_cache or device.limits).max_alloc
-    ctx.enable_fast_path(device, kind, pool, state, exportable, max_alloc)
-
-
-def _place_aside(rt: Runtime, alloc: Allocation, pool: CachingAllocator, queue: QueueCore | None) -> None:
+def _place_aside(rt: Runtime, alloc: Allocation, pool: CachingAllocator, queue: QueueCore | None,
+                 space: str) -> None:
     """Two backends handed out overlapping addresses: keep colliding blocks aside (so the backend
-    cannot return them again) and ask for others, as liboffload does."""
-    held = [alloc.pool_block]
+    cannot return them again) and ask for others, as liboffload does.  On return ``alloc`` holds
+    a block that is registered; on an error, the block it holds is the caller's to give back."""
+    registry = rt.registry
+    held: list[Block] = []
     try:
         for _ in range(_COLLISION_RETRIES):
             block = pool.take(alloc.size, queue)
+            with registry.lock:
+                if not registry.insert_locked(block.ptr, block.ptr + alloc.size, alloc, True):
+                    live = rt.live_per_space
+                    live[space] = live.get(space, 0) + 1
+                    held.append(alloc.pool_block)  # type: ignore[arg-type]
+                    alloc.ptr, alloc.pool_block = block.ptr, block
+                    return
             held.append(block)
-            if not rt.registry.insert(block.ptr, block.ptr + alloc.size, alloc, True):
-                held.pop()
-                alloc.ptr, alloc.pool_block = block.ptr, block
-                return
         raise OutOfResourcesError(
             f"backend {alloc.context.backend!r} keeps returning addresses that collide with live allocations")
     finally:
         for aside in held:
-            if aside is not None:
-                pool.give(aside)
+            pool.give(aside)
 
 
 def register_external(rt: Runtime, ptr: int, size: int, kind: AllocKind, device: GenericDevice | None,
@@ -348,7 +324,7 @@ def register_external(rt: Runtime, ptr: int, size: int, kind: AllocKind, device:
     size = check_size(size)
     alloc = _new(Allocation)
     alloc.ptr, alloc.size, alloc.kind, alloc.device, alloc.context = ptr, size, kind, device, ctx
-    alloc.origin, alloc.owned, alloc.owner, alloc.live = None, False, owner, True
+    alloc.origin, alloc.owned, alloc.owner, alloc.live, alloc.prepared = None, False, owner, True, False
     alloc.pool_block, alloc.source_pool, alloc.users, alloc.dl_exports = None, None, None, 0
     alloc.nbytes, alloc.exportable = size, kind is not AllocKind.DEVICE or (device is not None and device.host_memory)
     clash = rt.registry.insert(ptr, ptr + size, alloc, True)
@@ -359,20 +335,23 @@ def register_external(rt: Runtime, ptr: int, size: int, kind: AllocKind, device:
 
 
 def unregister(rt: Runtime, alloc: Allocation) -> None:
-    alloc.live = False
-    alloc.exportable = False
-    try:
-        rt.registry.remove(alloc.ptr)
-    except KeyError:
-        return
-    rt.epoch += 1
+    """Forget ``alloc`` (freed, released or torn down): it no longer resolves or exports."""
+    with rt.registry.lock:
+        alloc.live = False
+        alloc.exportable = False
+        try:
+            rt.registry.remove_locked(alloc.ptr)
+        except KeyError:
+            return
+        if alloc.owned:
+            live = rt.live_per_space
+            space = alloc.context.backend
+            if live.get(space, 0) <= 1:
+                live.pop(space, None)
+            else:
+                live[space] -= 1
+        rt.epoch += 1
     if alloc.owned:
-        live = rt.live_per_space
-        space = alloc.context.backend
-        if live.get(space, 0) <= 1:
-            live.pop(space, None)
-        else:
-            live[space] -= 1
         alloc.context.owned_objects.pop(id(alloc), None)
         if rt.tracker.on:
             rt.tracker.freed_alloc(alloc)
@@ -430,13 +409,12 @@ def mem_info(ptr: Allocation | int) -> MemInfo:
 # ------------------------------------------------------------------------------------------
 
 
-def claim(target: Any, what: str, kind: AllocKind | None = None) -> Allocation:
-    """Resolve ``target`` to a live owned allocation and mark it freed (atomically: a concurrent
-    second free is a double free).  The caller releases it or, on failure, calls ``unclaim``."""
+def resolve(target: Any, what: str, kind: AllocKind | None = None) -> Allocation:
+    """The owned allocation ``target`` names (an Allocation or its base pointer), checked."""
     if type(target) is Allocation:
         alloc = target
         rt = alloc.context.rt
-        if rt.state is not LIVE and rt.state is not CLOSING:
+        if rt.state is not LIVE and rt.state is not CLOSING:  # teardown frees through here too
             raise dead_runtime_error(rt)
     elif isinstance(target, int) and not isinstance(target, bool):
         ptr = operator.index(target)
@@ -444,10 +422,8 @@ def claim(target: Any, what: str, kind: AllocKind | None = None) -> Allocation:
         if offset:
             raise InvalidArgumentError(
                 f"{what}: pointer 0x{ptr:x} points {offset} bytes into {alloc!r}; free takes the base pointer")
-        rt = alloc.context.rt
     elif isinstance(target, Allocation):
         alloc = target
-        rt = alloc.context.rt
     else:
         raise TypeError(f"{what} takes an Allocation or a pointer (int), got {got(target)}")
     if not alloc.owned:
@@ -455,24 +431,46 @@ def claim(target: Any, what: str, kind: AllocKind | None = None) -> Allocation:
     if kind is not None and alloc.kind is not kind:
         where = f" (allocated at {alloc.origin})" if alloc.origin else ""
         raise InvalidArgumentError(f"{what}: {alloc!r} is {alloc.kind.name} memory, not {kind.name}{where}")
-    if alloc.export_count or alloc.dl_exports:
-        raise InvalidArgumentError(
-            f"{what}: {alloc!r} is still exported {alloc.exports} time(s) (memoryviews, arrays, views, DLPack); "
-            "release them first")
-    with _claim:
-        if not alloc.live:
-            raise InvalidArgumentError(f"{what}: double free of {alloc!r}{rt.tracker.history(alloc.ptr)}")
-        alloc.live = False
-        alloc.exportable = False
     return alloc
 
 
+def claim(target: Any, what: str, kind: AllocKind | None = None) -> Allocation:
+    """Resolve ``target`` to a live owned allocation and mark it freed: one step under the
+    registry's lock, so that a concurrent second free is a double free and an export taken
+    meanwhile is either seen here or refused (see ``_claim``).  The caller releases it or, on
+    failure, calls ``unclaim``."""
+    alloc = resolve(target, what, kind)
+    _claim(alloc, what)
+    return alloc
+
+
+def _claim(alloc: Allocation, what: str) -> None:
+    """Mark ``alloc`` freed unless it is exported or freed already.
+
+    Exports and a free meet through two fields: the buffer protocol (core/_buffer.c) counts an
+    export, then checks ``exportable``; a free clears ``exportable``, then checks the count.  Each
+    writes its own field before it reads the other's, so one of them sees the other: an export
+    that slipped in is counted here, and one that comes later is refused.  DLPack exports count
+    ``dl_exports`` under the registry's lock, as this does."""
+    rt = alloc.context.rt
+    with rt.registry.lock:
+        if not alloc.live:
+            raise InvalidArgumentError(f"{what}: double free of {alloc!r}{rt.tracker.history(alloc.ptr)}")
+        alloc.exportable = False
+        if alloc.export_count or alloc.dl_exports:
+            alloc.exportable = alloc.host_accessible
+            raise InvalidArgumentError(
+                f"{what}: {alloc!r} is still exported {alloc.exports} time(s) (memoryviews, arrays, views, DLPack); "
+                "release them first")
+        alloc.live = False
+
+
 def unclaim(alloc: Allocation) -> None:
-    alloc.exportable = alloc.host_accessible
-    alloc.live = True
+    with alloc.context.rt.registry.lock:
+        alloc.exportable = alloc.host_accessible
+        alloc.live = True
 
 
-@_free_entry  # the common case in C, no Python frame; everything else below
 def free(target: Allocation | int, kind: AllocKind | None = None) -> None:
     """Free an allocation, given the Allocation or its base pointer (of any context or backend).
 
@@ -481,29 +479,18 @@ def free(target: Allocation | int, kind: AllocKind | None = None) -> None:
     that later work on the host function's own queue uses, the free is deferred until that work is
     done.  ``kind``, if given, must match the allocation's kind.  Called by a finalizer that a
     garbage collection ran while this thread was inside an allocation or free, the free is
-    deferred until that one is done (it holds locks the free needs).
+    deferred until that one is done (:mod:`pyoffload.locks`).
     """
-    done = _fast_free(target, kind)  # the common case, in C
-    if done:
+    rt = _runtime.CURRENT
+    if rt is not None and held_by_me(rt.registry.lock):
+        defer(lambda: free(target, kind))
         return
-    if done is None:  # this thread is inside the allocator (we interrupted it): defer
-        _deferred.append((target, kind))
+    alloc = resolve(target, "free", kind)
+    pool = alloc.source_pool
+    if pool is not None and held_by_me(pool.lock):
+        defer(lambda: free(alloc, kind))
         return
-    if type(target) is Allocation and kind is None and target.owned and not target.export_count and not target.dl_exports:
-        alloc = target  # the common case, written out: it is counted in frames
-        rt = alloc.context.rt
-        if rt.state is not LIVE and rt.state is not CLOSING:  # teardown frees through here too
-            raise dead_runtime_error(rt)
-        _claim_acquire()  # not `with`: a third cheaper
-        was_live = alloc.live
-        if was_live:
-            alloc.live = False
-            alloc.exportable = False
-        _claim_release()
-        if not was_live:
-            raise InvalidArgumentError(f"free: double free of {alloc!r}{rt.tracker.history(alloc.ptr)}")
-    else:
-        alloc = claim(target, "free", kind)
+    _claim(alloc, "free")
     users = alloc.users
     if users:
         try:
@@ -512,22 +499,9 @@ def free(target: Allocation | int, kind: AllocKind | None = None) -> None:
         except BaseException:
             unclaim(alloc)
             raise
-        alloc.users = None
-    rt = alloc.context.rt
-    rt.registry.remove(alloc.ptr)
-    rt.epoch += 1
-    live = rt.live_per_space
-    space = alloc.context.plugin.name
-    if live[space] <= 1:
-        del live[space]
-    else:
-        live[space] -= 1
-    alloc.context.owned_objects.pop(id(alloc), None)
-    if rt.tracker.on:
-        rt.tracker.freed_alloc(alloc)
-    pool = alloc.source_pool
-    if pool is not None:
-        pool.give(alloc.pool_block)  # type: ignore[arg-type]
+    release(alloc)
+    if _pending():
+        run_deferred()
 
 
 def _wait_or_defer(alloc: Allocation, users: dict[QueueCore, int]) -> bool:

@@ -21,6 +21,11 @@ After CuPy's ``MemoryPool`` and PyTorch's caching allocator, in Python and kept 
 
 Requests above the bound, or any request while the pool is off, are passed straight through to
 the backend, one segment each, released as soon as they are freed.
+
+Locking: each allocator's fields, and the fields of its blocks and segments, are guarded by its
+one lock (``_lock``, see :mod:`pyoffload.locks`), which is never held while the backend allocates
+or frees: a new segment's bytes are reserved under the lock first (so that threads racing for the
+last bytes under a ``limit`` cannot all get them), and given back if the backend fails.
 """
 
 from __future__ import annotations
@@ -30,8 +35,8 @@ from bisect import bisect_left, insort
 from collections.abc import Callable
 from typing import Any
 
-from ._fastpath import BlockBase, Lock, PoolBase
 from .errors import OutOfResourcesError
+from .locks import allocator_lock, check_not_reentered
 
 ROUND = 512
 SMALL_REQUEST = 1 << 20
@@ -44,30 +49,41 @@ def rounded(size: int) -> int:
 
 
 class Segment:
-    __slots__ = ("base", "size", "pooled")
+    """One backend allocation.  Immutable but for ``first``; guarded by its allocator's lock."""
+
+    __slots__ = ("base", "size", "pooled", "first")
 
     def __init__(self, base: int, size: int, pooled: bool) -> None:
         self.base = base
         self.size = size
-        self.pooled = pooled
+        self.pooled = pooled  # carved into blocks and cached (else: one block, freed at once)
+        self.first: Block | None = None  # the block at ``base`` (splits and merges keep it first)
+
+    def in_use(self) -> bool:
+        """Whether a block of the segment is in use (lock held)."""
+        block = self.first
+        while block is not None:
+            if not block.free:
+                return True
+            block = block.next
+        return False
 
 
-class Block(BlockBase):
-    """A piece of a segment: in use by one allocation, or free on its size's list.  The fields
-    are C members (``BlockBase``), read and written by the C fast path too."""
+class Block:
+    """A piece of a segment: in use by one allocation, or free on its size's list.  Every field
+    is guarded by the lock of the allocator the segment belongs to."""
 
-    __slots__ = ()
+    __slots__ = ("ptr", "size", "segment", "prev", "next", "free", "queue", "seq")
 
     def __init__(self, ptr: int, size: int, segment: Segment) -> None:
         self.ptr = ptr
-        self.size = size
+        self.size = size  # rounded
         self.segment = segment
-        self.pooled = segment.pooled  # read by the C fast path, which frees pooled blocks only
-        self.prev = None
-        self.next = None
-        self.free = False
-        self.queue = None  # the queue a stream-ordered free was made on, or None
-        self.seq = 0
+        self.prev: Block | None = None  # the block below it in its segment
+        self.next: Block | None = None  # the block above it in its segment
+        self.free = False  # on its size's free list
+        self.queue: Any = None  # the queue a stream-ordered free was made on, or None
+        self.seq = 0  # that free's sequence number on ``queue``
 
     def usable_by(self, queue: Any) -> bool:
         q = self.queue
@@ -90,31 +106,38 @@ class PoolStats:
     backend_frees: int
 
 
-class CachingAllocator(PoolBase):
-    """Cached blocks of one (context, device, kind).  The hot fields (free lists, sizes, lock,
-    request bound, in-use counters) are C members (``PoolBase``): the C fast path
-    (:mod:`pyoffload._fastpath`) serves the common request from them, under the rules of
-    :meth:`take` and :meth:`give` below, and leaves everything else to them."""
+class CachingAllocator:
+    """Cached blocks of one (context, device, kind)."""
+
+    __slots__ = ("_alloc", "backend_free", "max_request", "limit", "on_exhausted", "_lock", "_lists", "_sizes",
+                 "_segments", "in_use", "reserved", "peak_in_use", "peak_reserved", "allocations", "hits",
+                 "backend_allocs", "backend_frees", "__weakref__")
 
     def __init__(self, backend_alloc: Callable[[int], int], backend_free: Callable[[int], None],
                  max_request: int | None, on_exhausted: Callable[[], int] | None = None) -> None:
         self._alloc = backend_alloc
         self.backend_free = backend_free
+        self.on_exhausted = on_exhausted
+        self._lock = allocator_lock()
+        # -- guarded by _lock ------------------------------------------------------------------
         self.max_request = max_request  # None: every size; 0: pool off
         self.limit: int | None = None  # most bytes reserved from the backend; None: no limit
-        self.on_exhausted = on_exhausted
-        self._lock = Lock()
-        self._lists = {}  # free blocks by size; a size's list may be empty (the fast path keeps it)
-        self._sizes = []  # sizes with a non-empty list, sorted (for best fit)
-        self._segments: dict[int, Segment] = {}
-        self.in_use = 0
-        self.reserved = 0
+        self._lists: dict[int, list[Block]] = {}  # free blocks by size; a list may be empty
+        self._sizes: list[int] = []  # sizes with a non-empty list, sorted (for best fit)
+        self._segments: dict[int, Segment] = {}  # pooled segments by base
+        self.in_use = 0  # bytes of blocks in use (unpooled ones included)
+        self.reserved = 0  # bytes reserved from the backend, or being reserved
         self.peak_in_use = 0
         self.peak_reserved = 0
         self.allocations = 0
         self.hits = 0
         self.backend_allocs = 0
         self.backend_frees = 0
+
+    @property
+    def lock(self) -> Any:
+        """The lock that guards this allocator, its segments and its blocks."""
+        return self._lock
 
     @property
     def enabled(self) -> bool:
@@ -124,80 +147,67 @@ class CachingAllocator(PoolBase):
 
     def take(self, size: int, queue: Any = None) -> Block:
         """A block of at least ``size`` bytes, usable by work on ``queue`` (``None``: right away)."""
-        bound = self.max_request
-        if bound is not None and (bound == 0 or size > bound):
-            return self._unpooled(size)
-        need = (size + ROUND - 1) & ~(ROUND - 1)
         lock = self._lock
-        lock.acquire()  # not `with`: a third cheaper, and this is counted in frames and timed
-        try:
-            free = self._lists.get(need)
-            if free:
-                block = free[-1]
-                if block.queue is None or block.usable_by(queue):
-                    free.pop()
-                    if not free:
-                        del self._lists[need]
-                        del self._sizes[bisect_left(self._sizes, need)]
-                    block.free = False
-                    block.queue = None
-                    self.in_use += need
-                    self.allocations += 1
-                    self.hits += 1
-                    if self.in_use > self.peak_in_use:
-                        self.peak_in_use = self.in_use
-                    return block
-            fit = self._best_fit(need, queue)
-            if fit is not None:
-                return fit
-        finally:
-            lock.release()
-        return self._grow(need, queue)
+        check_not_reentered(lock, "alloc")
+        need = (size + ROUND - 1) & ~(ROUND - 1)
+        with lock:
+            bound = self.max_request
+            if bound is not None and (bound == 0 or size > bound):
+                pooled = False
+            else:
+                pooled = True
+                free = self._lists.get(need)
+                if free:
+                    block = free[-1]
+                    if block.queue is None or block.usable_by(queue):
+                        free.pop()
+                        if not free:
+                            del self._sizes[bisect_left(self._sizes, need)]
+                        self.hits += 1
+                        return self._use(block, need)
+                fit = self._best_fit(need, queue)
+                if fit is not None:
+                    return fit
+                if self._coalesce():
+                    fit = self._best_fit(need, queue)
+                    if fit is not None:
+                        return fit
+        if not pooled:
+            return self._unpooled(size)
+        return self._grow(need)
 
     def give(self, block: Block, queue: Any = None, seq: int = 0) -> None:
         """Return a block; ``queue``/``seq``: freed in that queue's order (not yet complete)."""
-        segment = block.segment
-        if not segment.pooled:
+        if not block.segment.pooled:
             self._release_unpooled(block)
             return
-        lock = self._lock
-        lock.acquire()
-        try:
+        with self._lock:
             block.queue = queue
             block.seq = seq
             self.in_use -= block.size
-            block.free = True
-            free = self._lists.get(block.size)
-            if free:  # written out: the common case is counted in frames
-                free.append(block)
-            else:
-                self._put(block)
-        finally:
-            lock.release()
+            self._put(block)
 
-    # -- the slow path ------------------------------------------------------------------------
+    # -- the slow path (lock held unless said otherwise) --------------------------------------
 
     def _put(self, block: Block) -> None:
         block.free = True
         free = self._lists.get(block.size)
-        if free:
-            free.append(block)
-            return
         if free is None:
             self._lists[block.size] = [block]
-        else:  # kept, empty, by the fast path (see _lists)
+            insort(self._sizes, block.size)
+        else:
+            if not free:  # kept, empty (see _lists)
+                insort(self._sizes, block.size)
             free.append(block)
-        insort(self._sizes, block.size)
 
     def _unlist(self, block: Block) -> None:
         free = self._lists[block.size]
         free.remove(block)
         if not free:
-            del self._lists[block.size]
             del self._sizes[bisect_left(self._sizes, block.size)]
 
     def _best_fit(self, need: int, queue: Any) -> Block | None:
-        """Split the smallest usable free block larger than ``need`` (lock held)."""
+        """Split the smallest usable free block larger than ``need``."""
         sizes = self._sizes
         for i in range(bisect_left(sizes, need), len(sizes)):
             size = sizes[i]
@@ -210,7 +220,7 @@ class CachingAllocator(PoolBase):
         return None
 
     def _use(self, block: Block, need: int) -> Block:
-        """Mark ``block`` in use for ``need`` bytes, splitting off the rest (lock held)."""
+        """Mark ``block`` (off its list) in use for ``need`` bytes, splitting off the rest."""
         if block.size > need:
             rest = Block(block.ptr + need, block.size - need, block.segment)
             rest.prev, rest.next = block, block.next
@@ -229,7 +239,7 @@ class CachingAllocator(PoolBase):
         return block
 
     def _coalesce(self) -> int:
-        """Merge free neighbours with the same stream tag (lock held); the number of merges."""
+        """Merge free neighbours with the same stream tag; the number of merges."""
         merged = 0
         for size in list(self._sizes):
             for block in list(self._lists.get(size, ())):
@@ -250,30 +260,42 @@ class CachingAllocator(PoolBase):
                     nxt = block.next
         return merged
 
-    def _grow(self, need: int, queue: Any) -> Block:
-        """Coalesce and retry, else a new segment from the backend (out of memory: release the
-        cache, retry once)."""
-        with self._lock:
-            if self._coalesce():
-                block = self._best_fit(need, queue)
-                if block is not None:
-                    return block
-        seg_size = SMALL_SEGMENT if need <= SMALL_REQUEST else -(-need // LARGE_ROUND) * LARGE_ROUND
-        if self.limit is not None and self.reserved + seg_size > self.limit:
+    def _reserve(self, size: int) -> None:
+        """Count ``size`` more bytes as reserved, within the limit (lock not held: it trims
+        first where the limit would be passed)."""
+        for attempt in range(2):
+            with self._lock:
+                limit = self.limit
+                if limit is None or self.reserved + size <= limit:
+                    self.reserved += size
+                    if self.reserved > self.peak_reserved:
+                        self.peak_reserved = self.reserved
+                    return
+                if attempt:
+                    raise OutOfResourcesError(
+                        f"memory pool limit of {limit} bytes reached ({self.reserved} reserved, "
+                        f"{size} more needed)")
             self.trim()
-            if self.reserved + seg_size > self.limit:
-                raise OutOfResourcesError(
-                    f"memory pool limit of {self.limit} bytes reached ({self.reserved} reserved, "
-                    f"{seg_size} more needed)")
-        base = self._backend_alloc(seg_size)
+
+    def _grow(self, need: int) -> Block:
+        """A new segment from the backend for ``need`` bytes (lock not held)."""
+        seg_size = SMALL_SEGMENT if need <= SMALL_REQUEST else -(-need // LARGE_ROUND) * LARGE_ROUND
+        self._reserve(seg_size)
+        try:
+            base = self._backend_alloc(seg_size)
+        except BaseException:
+            with self._lock:
+                self.reserved -= seg_size
+            raise
+        segment = Segment(base, seg_size, True)
+        block = Block(base, seg_size, segment)
+        segment.first = block
         with self._lock:
-            segment = Segment(base, seg_size, True)
             self._segments[base] = segment
-            self.reserved += seg_size
-            self.peak_reserved = max(self.peak_reserved, self.reserved)
-            return self._use(Block(base, seg_size, segment), need)
+            return self._use(block, need)
 
     def _backend_alloc(self, size: int) -> int:
+        """One backend allocation (lock not held)."""
         try:
             ptr = self._alloc(size)
         except OutOfResourcesError:
@@ -284,22 +306,33 @@ class CachingAllocator(PoolBase):
             if not released:
                 raise
             ptr = self._alloc(size)
-        self.backend_allocs += 1
+        with self._lock:
+            self.backend_allocs += 1
         return ptr
 
     def _unpooled(self, size: int) -> Block:
-        base = self._backend_alloc(size)
+        """A segment of its own, released when freed (lock not held)."""
+        self._reserve(size)
+        try:
+            base = self._backend_alloc(size)
+        except BaseException:
+            with self._lock:
+                self.reserved -= size
+            raise
+        segment = Segment(base, size, False)
+        block = Block(base, size, segment)
+        segment.first = block
         with self._lock:
-            self.reserved += size
             self.in_use += size
             self.allocations += 1
-            self.peak_reserved = max(self.peak_reserved, self.reserved)
-            self.peak_in_use = max(self.peak_in_use, self.in_use)
-        return Block(base, size, Segment(base, size, False))
+            if self.in_use > self.peak_in_use:
+                self.peak_in_use = self.in_use
+        return block
 
     def _release_unpooled(self, block: Block) -> None:
         self.backend_free(block.ptr)
         with self._lock:
+            block.free = True
             self.backend_frees += 1
             self.reserved -= block.size
             self.in_use -= block.size
@@ -322,13 +355,16 @@ class CachingAllocator(PoolBase):
                     del self._segments[segment.base]
                     victims.append(segment)
                     cached -= segment.size
-        released = 0
-        for segment in victims:
-            self.backend_free(segment.base)
-            released += segment.size
-        with self._lock:
-            self.reserved -= released
-            self.backend_frees += len(victims)
+        released = freed = 0
+        try:
+            for segment in victims:
+                self.backend_free(segment.base)
+                released += segment.size
+                freed += 1
+        finally:  # a backend failure (or an interrupt) leaves the rest leaked, counted as reserved
+            with self._lock:
+                self.reserved -= released
+                self.backend_frees += freed
         return released
 
     def _whole_free(self, segment: Segment) -> Block | None:
@@ -337,15 +373,23 @@ class CachingAllocator(PoolBase):
                 return block
         return None
 
-    def release_all(self) -> list[int]:
-        """Forget every segment and return their bases (teardown frees them)."""
+    def release_all(self) -> tuple[list[int], list[Segment]]:
+        """Forget every segment (teardown): the bases of those wholly free, for the backend to
+        free, and the segments still holding a block in use (an allocation that teardown leaked
+        because it is exported or in flight: they are never given back, never unmapped)."""
         with self._lock:
-            bases = list(self._segments)
+            bases: list[int] = []
+            kept: list[Segment] = []
+            for segment in self._segments.values():
+                if segment.in_use():
+                    kept.append(segment)
+                else:
+                    bases.append(segment.base)
+                    self.reserved -= segment.size
             self._segments.clear()
             self._lists.clear()
             self._sizes.clear()
-            self.reserved = self.in_use = 0
-        return bases
+        return bases, kept
 
     def stats(self) -> PoolStats:
         with self._lock:

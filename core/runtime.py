@@ -70,7 +70,7 @@ class Runtime:
         self.programs: dict[int, Releasable] = {}  # insertion order is load order
         self.queues: dict[int, Releasable] = {}
         self.registry: RangeMap[Any] = RangeMap()  # every allocation (and global, foreign range)
-        self.live_per_space: dict[str, int] = {}  # live registry entries per backend
+        self.live_per_space: dict[str, int] = {}  # owned live allocations per backend (guarded by registry.lock)
         self.tracker = Tracker(settings.track_allocations)
         # Bumped by anything that can invalidate a checked-once fast path (see PreparedLaunch).
         self.epoch = 0
@@ -227,8 +227,9 @@ def teardown(rt: Runtime, at_exit: bool = False) -> None:
                 backend.dispatch.deinit_impl()
             except Exception as exc:
                 warn_teardown(f"deinit of backend {backend.name!r}", exc)
-    rt.registry.clear()
-    rt.live_per_space.clear()
+    with rt.registry.lock:
+        rt.registry.clear()
+        rt.live_per_space.clear()
     with rt.lock:
         rt.state = CLOSED
         rt.epoch += 1

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from . import dlpack
-from ._buffer import BufferBase
+from .bufferbase import BufferBase
 from .checks import check_size
 from .errors import InvalidArgumentError, InvalidSizeError
 

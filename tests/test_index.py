@@ -1,4 +1,4 @@
-"""``pyoffload._index.SortedIndex``, the sorted address index under ``RangeMap``, against a model.
+"""``pyoffload.addresses.sorted_index.SortedIndex``, the sorted address index under ``RangeMap``, against a model.
 
 Random operation sequences (seeded, bounded) over small and full-width 64-bit addresses compare
 every answer and the block layout with a sorted Python list; the edges are tested one by one:
@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from pyoffload._index import LOAD, SortedIndex
+from pyoffload.addresses.sorted_index import LOAD, SortedIndex
 
 TOP = 2**64
 
@@ -112,3 +112,30 @@ def test_non_integers_are_refused() -> None:
         s.floor(1.5)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         s.update([1], None)  # type: ignore[arg-type]
+
+
+class _FailingInsert(list):  # type: ignore[type-arg]
+    """A list whose next insert fails, as a MemoryError in the middle of a block split would."""
+
+    def insert(self, i: int, x: object) -> None:  # type: ignore[override]
+        raise MemoryError("injected")
+
+
+def test_a_split_that_fails_leaves_the_index_whole() -> None:
+    """Finding: a block split that failed with MemoryError left the index broken (in the C
+    version: a heap overflow on the next insertion)."""
+    s, model = SortedIndex(), []
+    for x in range(2 * LOAD):
+        s.add(x * 8)
+        model.append(x * 8)
+    s._blocks = _FailingInsert(s._blocks)  # the next split's insertion of the new block fails
+    with pytest.raises(MemoryError):
+        s.add(2 * LOAD * 8)  # the item is in; the split is not made
+    model.append(2 * LOAD * 8)
+    s._blocks = list(s._blocks)
+    assert s.floor(10**6) == model[-1] and len(s) == len(model)
+    for x in range(2 * LOAD + 1, 4 * LOAD):
+        s.add(x * 8)
+        model.append(x * 8)
+    check_layout(s, model)
+    assert s.between(0, 2**64) == model
