@@ -346,3 +346,25 @@ def test_an_interrupt_inside_free_leaves_no_lock_held(host: Any) -> None:
     t.join(30)
     assert other == [None], "another thread's alloc/free hung"
     assert locks.pending() == 0
+
+
+def test_private_structures_are_plain_and_safe() -> None:
+    """Finding: private C types crashed from Python (an uninitialised FastState, Lanes.clear()
+    on a bare instance, Lock.acquire(timeout=1e300), a 300,000-long chain of blocks overflowing the
+    C stack in dealloc).  What is left is plain Python: misuse raises, deep chains are freed."""
+    from pyoffload.pool import Block, Segment
+
+    seg = Segment(4096, 1 << 30, True)
+    head = prev = Block(4096, 512, seg)
+    for i in range(1, 300_000):
+        b = Block(4096 + 512 * i, 512, seg)
+        b.prev, prev.next = prev, b
+        prev = b
+    del head, prev, b
+    gc.collect()  # no crash: the interpreter frees deep chains of objects without recursion
+    lock = locks.allocator_lock()
+    with pytest.raises((OverflowError, ValueError)):
+        lock.acquire(timeout=1e300)
+    with pytest.raises(ValueError):
+        lock.acquire(timeout=float("nan"))
+    assert not locks.held_by_me(lock)
