@@ -11,56 +11,20 @@ array interface and DLPack still work.
 
 from __future__ import annotations
 
-import ctypes
-import sys
-import threading
-from typing import Any
+from typing import TYPE_CHECKING
 
 __all__ = ["BufferBase", "COMPILED"]
 
-try:
+if TYPE_CHECKING:
     from ._buffer import BufferBase
 
     COMPILED = True
-except ImportError:
-    COMPILED = False
+else:
+    try:
+        from ._buffer import BufferBase
 
-    _count_lock = threading.Lock()  # guards every PyBufferBase's _exports
+        COMPILED = True
+    except ImportError:  # no compiler at install: the class of _buffer_py
+        from ._buffer_py import BufferBase
 
-    class BufferBase:  # type: ignore[no-redef]
-        """Memory at an address, exported through the buffer protocol when host-accessible."""
-
-        __slots__ = ("ptr", "nbytes", "exportable", "readonly", "_exports")
-
-        def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-            self = object.__new__(cls)
-            self.ptr, self.nbytes, self.exportable, self.readonly, self._exports = 0, 0, False, False, 0
-            return self
-
-        @property
-        def export_count(self) -> int:
-            """Live buffer exports."""
-            return self._exports
-
-        def __buffer__(self, flags: int, /) -> memoryview:
-            with _count_lock:
-                self._exports += 1
-            if not self.exportable or (self.ptr == 0 and self.nbytes):
-                with _count_lock:
-                    self._exports -= 1
-                raise BufferError("this memory is not host-accessible (DEVICE memory) or was freed: "
-                                  "use pyoffload.memcpy")
-            try:
-                view = memoryview((ctypes.c_char * self.nbytes).from_address(self.ptr)).cast("B")
-                return view.toreadonly() if self.readonly else view
-            except BaseException:
-                with _count_lock:
-                    self._exports -= 1
-                raise
-
-        def __release_buffer__(self, view: memoryview, /) -> None:
-            with _count_lock:
-                self._exports -= 1
-
-    if sys.version_info < (3, 12):
-        del BufferBase.__buffer__  # never called before PEP 688: say so by its absence
+        COMPILED = False

@@ -26,9 +26,10 @@ from .errors import LeakWarning
 FREED_HISTORY = 4096
 
 
-def origin(skip: int = 3) -> str:
-    """Where the user's call came from: the innermost frame outside pyoffload."""
-    for frame in reversed(traceback.extract_stack()[:-skip]):
+def origin() -> str:
+    """Where the user's call came from: the innermost frame outside pyoffload (however many of
+    pyoffload's own frames are on the stack: none where its modules are compiled)."""
+    for frame in reversed(traceback.extract_stack()[:-1]):
         if "/pyoffload/" not in frame.filename and "/core/" not in frame.filename:
             return f"{frame.filename}:{frame.lineno} in {frame.name}"
     return "<unknown>"
