@@ -2,7 +2,17 @@
 DLPack exports, the array interface and the CUDA array interface v3.
 
 A view keeps its allocation (and an optional ``owner``, e.g. a framework's own array) alive, and
-counts as an export: ``free`` refuses while one is alive.
+counts as an export: ``free`` refuses while one is alive.  Every path that hands an address to
+another library counts one:
+
+* numpy arrays (``Allocation.view``, ``numpy.asarray`` of a :class:`TypedView`) are made from a
+  :class:`HostView` that holds a buffer export of the allocation for as long as the array lives
+  (the array interface's ``data`` is that holder, not a bare address);
+* a DLPack export holds a buffer export of host-accessible memory, or counts in ``dl_exports`` for
+  device memory, until the consumer's deleter runs;
+* the CUDA array interface hands out a bare pointer, and its consumers (CuPy, Numba, PyTorch) keep
+  the object they read it from: a :class:`TypedView` whose interface was read counts one export
+  until it is garbage-collected.
 """
 
 from __future__ import annotations
@@ -28,6 +38,44 @@ class HostView(BufferBase):
 
     export: memoryview
     owner: Any
+
+
+def host_holder(alloc: Allocation, offset: int, nbytes: int, owner: Any = None) -> HostView:
+    """A :class:`HostView` of ``nbytes`` at ``offset`` into ``alloc``, holding an export of it.
+
+    The export is taken first: memory that is not (or no longer) exportable, because it was freed,
+    its program unloaded, or it is device memory, raises ``BufferError`` and hands out nothing."""
+    export = memoryview(alloc)
+    holder = HostView()
+    holder.ptr, holder.nbytes, holder.readonly = alloc.ptr + offset, nbytes, bool(alloc.readonly)
+    holder.export, holder.owner = export, owner
+    holder.exportable = True
+    return holder
+
+
+class _DeviceExport:
+    """One ``dl_exports`` count of device memory (which the buffer protocol cannot hold), given
+    back when this object goes."""
+
+    __slots__ = ("allocation",)
+
+    def __init__(self, allocation: Allocation) -> None:
+        count_device_export(allocation)
+        self.allocation = allocation
+
+    def __del__(self) -> None:
+        self.allocation.dl_exports -= 1
+
+
+def count_device_export(a: Allocation) -> None:
+    """Count an export of ``a`` in ``dl_exports``, or raise ``BufferError`` if it is no longer live.
+
+    The count goes up before ``live`` is read: a free or an unload clears ``live`` before it reads
+    the count, so either it sees this export or this export sees that the memory is gone."""
+    a.dl_exports += 1
+    if not a.live:
+        a.dl_exports -= 1
+        raise BufferError(f"{a!r} was freed")
 
 
 def layout(alloc: Allocation, dt: np.dtype[Any], shape: Any, offset: Any, what: str) -> tuple[tuple[int, ...], int, int]:
@@ -69,7 +117,7 @@ class TypedView:
     for other libraries: DLPack, the array interface (host-accessible memory) and the CUDA array
     interface v3 (CUDA memory).  While a DLPack consumer holds it, ``free`` refuses."""
 
-    __slots__ = ("allocation", "dtype", "shape", "offset", "owner")
+    __slots__ = ("allocation", "dtype", "shape", "offset", "owner", "_device_export")
 
     def __init__(self, allocation: Allocation, dtype: Any, shape: Any = None, offset: int = 0, owner: Any = None) -> None:
         if not allocation.live:
@@ -79,6 +127,7 @@ class TypedView:
             raise InvalidArgumentError(f"typed: dtype {dt} holds Python objects")
         dims, _, offset = layout(allocation, dt, shape, offset, "typed")
         self.allocation, self.dtype, self.shape, self.offset, self.owner = allocation, dt, dims, offset, owner
+        self._device_export: _DeviceExport | None = None
 
     def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
                    dl_device: Any = None, copy: bool | None = None) -> Any:
@@ -96,9 +145,12 @@ class TypedView:
             for queue, seq in list((a.users or {}).items()):
                 if queue.live:
                     queue.wait_done(seq)
-        keep = memoryview(a) if a.exportable else None  # the buffer protocol counts this export
-        if keep is None:
-            a.dl_exports += 1
+        if a.host_accessible:
+            keep: memoryview | None = memoryview(a)  # the buffer protocol counts this export (and
+            # refuses, atomically with a free's or an unload's check, once the memory is going)
+        else:
+            keep = None
+            count_device_export(a)
 
         def on_release() -> None:
             if keep is not None:
@@ -124,17 +176,39 @@ class TypedView:
         return dlpack_device(self.allocation)
 
     @property
+    def _nbytes(self) -> int:
+        count: int = self.dtype.itemsize
+        for d in self.shape:
+            count *= d
+        return count
+
+    @property
     def __array_interface__(self) -> dict[str, Any]:
+        """The array interface v3, whose ``data`` is a buffer (a :class:`HostView` holding an export
+        of the allocation and this view's ``owner``), not an address: numpy keeps it as the array's
+        base, so ``free`` refuses while the array lives."""
         a = self.allocation
         a.check_host("__array_interface__")
+        try:
+            data = host_holder(a, self.offset, self._nbytes, self.owner)
+        except BufferError:
+            a.check_host("__array_interface__")  # freed meanwhile: the same error as above
+            raise
         return {"shape": self.shape, "typestr": self.dtype.str, "descr": self.dtype.descr,
-                "data": (a.ptr + self.offset, bool(a.readonly)), "version": 3}
+                "data": data, "version": 3}
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
+        """The CUDA array interface v3.  Its consumers keep this object, so from the first read on
+        it counts one export of the allocation until it is garbage-collected."""
         a = self.allocation
         if dlpack_device(a)[0] not in CUDA_TYPES:
             raise AttributeError("__cuda_array_interface__: not CUDA memory")
+        if self._device_export is None:
+            try:
+                self._device_export = _DeviceExport(a)
+            except BufferError:
+                raise InvalidArgumentError(f"__cuda_array_interface__: {a!r} was freed") from None
         users = a.users or {}
         pending = [(seq, q) for q, seq in users.items() if q.live and seq > q.done]
         stream = max(pending, key=lambda p: p[0])[1].native if pending else None
