@@ -9,7 +9,9 @@ deleter when it lets go.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
+import gc
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -74,6 +76,8 @@ _api.PyCapsule_IsValid.restype = ctypes.c_int
 _api.PyCapsule_IsValid.argtypes = (ctypes.py_object, ctypes.c_char_p)
 _api.PyCapsule_SetName.restype = ctypes.c_int
 _api.PyCapsule_SetName.argtypes = (ctypes.py_object, ctypes.c_char_p)
+_api.PyCapsule_SetDestructor.restype = ctypes.c_int
+_api.PyCapsule_SetDestructor.argtypes = (ctypes.c_void_p, ctypes.c_void_p)  # a live capsule, by address
 _raw_is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(("PyCapsule_IsValid", _api))
 _raw_get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(("PyCapsule_GetPointer", _api))
 
@@ -100,9 +104,12 @@ def _np_dtype(dl: DLDataType) -> np.dtype[Any]:
 # ------------------------------------------------------------------------------------------
 
 # What each live export keeps alive, by the address of its managed tensor; released by the
-# consumer's deleter (or the capsule's destructor when nobody consumed it).
+# consumer's deleter (or the capsule's destructor when nobody consumed it).  And the capsules that
+# still exist, by address (each leaves through its destructor, consumed or not).
 _exports: dict[int, tuple[Any, Callable[[], None]]] = {}
-_exports_lock = threading.Lock()
+_capsules: set[int] = set()
+_exports_lock = threading.RLock()  # re-entrant: a garbage collection under it may destroy a capsule
+_detached = False  # past _detach_at_exit: new exports get no destructor and no deleter either
 
 
 def _release_export(address: int) -> None:
@@ -127,6 +134,8 @@ def _capsule_destructor(versioned: bool) -> Any:
 
     @_CapsuleDestructor
     def destroy(capsule: int) -> None:
+        with _exports_lock:
+            _capsules.discard(capsule)
         # Only an unconsumed capsule still carries its name; a consumer renamed it and owns it.
         if _raw_is_valid(capsule, name):
             _release_export(_raw_get_pointer(capsule, name) or 0)
@@ -154,15 +163,42 @@ def make_capsule(data: int, device: tuple[int, int], dtype: np.dtype[Any], shape
     tensor.byte_offset = 0
     if versioned:
         managed.version = DLPackVersion(*VERSION)
-        managed.deleter = _versioned_deleter
         managed.flags = READ_ONLY if readonly else 0
-    else:
-        managed.deleter = _deleter
     address = ctypes.addressof(managed)
+    name = b"dltensor_versioned" if versioned else b"dltensor"
     with _exports_lock:
         _exports[address] = ((managed, dims), on_release)
-    name = b"dltensor_versioned" if versioned else b"dltensor"
-    return _api.PyCapsule_New(address, name, ctypes.cast(_DESTROY[versioned], ctypes.c_void_p))
+        if _detached:
+            return _api.PyCapsule_New(address, name, None)
+        managed.deleter = _versioned_deleter if versioned else _deleter
+        capsule = _api.PyCapsule_New(address, name, ctypes.cast(_DESTROY[versioned], ctypes.c_void_p))
+        _capsules.add(id(capsule))
+    return capsule
+
+
+@atexit.register
+def _detach_at_exit() -> None:
+    """At interpreter exit, leave the exports that are still alive exported: their capsules lose
+    their destructors and their tensors their deleters (DLPack allows a NULL deleter).
+
+    Capsules and consumers' arrays that outlive the exit handlers die while the interpreter is
+    being finalised, some only in its last garbage collection; a ctypes callback into Python
+    code from there crashes.  The process's end reclaims the memory instead (the tensors stay in
+    ``_exports``: consumers still read them)."""
+    global _detached
+    collecting = gc.isenabled()
+    gc.disable()  # no capsule may die between the look at the set and its use
+    try:
+        with _exports_lock:
+            _detached = True
+            for capsule in _capsules:
+                _api.PyCapsule_SetDestructor(capsule, None)
+            _capsules.clear()
+            for address, ((managed, _), _) in _exports.items():
+                ctypes.memset(address + type(managed).deleter.offset, 0, ctypes.sizeof(ctypes.c_void_p))
+    finally:
+        if collecting:
+            gc.enable()
 
 
 class Imported:

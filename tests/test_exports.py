@@ -14,12 +14,120 @@ view whose CUDA array interface was read.
 from __future__ import annotations
 
 import gc
+import os
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
 
 import pyoffload
 from pyoffload import AllocKind, Errc, InvalidArgumentError
+
+# -- programs' globals, in a child process ---------------------------------------------------------
+
+BACKENDS = {
+    "host": {"PYOFFLOAD_PLUGINS": ""},
+    "opencl": {"PYOFFLOAD_PLUGINS": "opencl", "POCL_DEVICES": "pthread"},
+}
+
+PRELUDE = textwrap.dedent("""
+    import atexit, gc, sys, warnings
+
+    after_teardown = []  # registered before pyoffload's exit handler: runs after its teardown
+    atexit.register(lambda: [check() for check in after_teardown])
+
+    import numpy as np
+    import pyoffload
+    from pyoffload import Errc, TeardownWarning
+
+    warnings.simplefilter("always")
+    devices = [d for d in pyoffload.devices() if d.backend == {backend!r}]
+    if not devices:
+        print("no device")
+        sys.exit(0)
+    dev = devices[0]
+    image = dev.disp.conformance_images_impl(dev.handle)["kernels"]
+    TABLE = np.arange(16, dtype=np.int32)
+
+    def exports(alloc):
+        '''Ways to export a global's memory: each returns the export and a reader of its data.'''
+        if alloc.host_accessible:
+            yield "view", alloc.view(np.int32), lambda v: v.copy()
+            yield "memoryview", memoryview(alloc), lambda m: np.frombuffer(m, np.int32).copy()
+            yield "frombuffer", np.frombuffer(alloc, np.int32), lambda a: a.copy()
+            yield "from_dlpack", np.from_dlpack(alloc.typed(np.int32)), lambda a: a.copy()
+            yield "asarray-typed", np.asarray(alloc.typed(np.int32, (16,))), lambda a: a.copy()
+        # DLPack capsules nobody consumed yet (device memory can be exported only this way)
+        yield "capsule", alloc.__dlpack__(), lambda c: TABLE
+        yield "capsule-typed", alloc.typed(np.int32, (4, 4)).__dlpack__(max_version=(1, 0)), lambda c: TABLE
+""")
+
+
+def run_scenario(backend: str, *parts: str) -> subprocess.CompletedProcess[str]:
+    script = PRELUDE.format(backend=backend) + "".join(textwrap.dedent(part) for part in parts)
+    env = dict(os.environ, **BACKENDS[backend])
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
+    if proc.stdout.startswith("no device"):
+        pytest.skip(f"no {backend} device")
+    assert proc.returncode == 0, f"exit status {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+backends = pytest.mark.parametrize("backend", list(BACKENDS))
+
+
+@backends
+def test_dlpack_exports_alive_at_exit_end_cleanly(backend):
+    """Capsules and consumers' arrays that live until the interpreter's last garbage collection
+    (here: the module's globals, kept by an observer registered with the backend) must not call
+    back into Python from there (before: a segmentation fault at exit)."""
+    proc = run_scenario(backend, """
+        from pyoffload.backend import hookimpl
+
+        class Observer:
+            @hookimpl
+            def program_loaded(self, program):
+                pass
+
+        dev.plugin.pm.register(Observer(), name="exit-observer")
+        a = dev.alloc(64)
+        kept = [a.__dlpack__(), a.typed(np.int32).__dlpack__(max_version=(1, 0))]
+        if a.host_accessible:
+            kept.append(np.from_dlpack(a.typed(np.int32)))
+        assert a.exports == len(kept)
+        print("exiting with", len(kept), "exports", flush=True)
+    """)
+    assert "exiting with" in proc.stdout, proc.stdout
+
+
+@backends
+def test_device_memory_exported_through_dlpack_cannot_be_freed(backend):
+    run_scenario(backend, """
+        a = dev.alloc(256)
+        for versioned in (None, (1, 0)):
+            capsule = a.typed(np.float32, (64,)).__dlpack__(max_version=versioned)
+            assert a.exports == 1, a.exports
+            try:
+                a.free()
+            except pyoffload.InvalidArgumentError as exc:
+                assert "exported" in str(exc), exc
+            else:
+                raise AssertionError("freed memory exported through DLPack")
+            del capsule
+            gc.collect()
+            assert a.exports == 0
+        a.free()
+        try:
+            a.__dlpack__()
+        except pyoffload.InvalidArgumentError:
+            pass
+        else:
+            raise AssertionError("exported freed memory")
+    """)
+
 
 # -- typed views: the array interface and the CUDA array interface -----------------------------------
 
