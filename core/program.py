@@ -10,6 +10,13 @@ program and its globals.  Teardown unloads in reverse load order.
 A wait that would never finish (unloading from a host function of a queue that still has launches
 of the program after it) is refused with an error and changes nothing; a ``KeyboardInterrupt``
 while waiting leaves the program loaded and usable.
+
+Exports of globals (a numpy view, a memoryview, a DLPack consumer of ``GlobalVariable.allocation``)
+point into the image: ``unload`` refuses with ``INVALID_ARGUMENT`` while one is alive, and changes
+nothing.  Teardown (context close, shutdown, exit) cannot refuse: it forgets the globals and keeps
+the image loaded, leaked rather than unmapped under the export (a ``TeardownWarning`` says so,
+except at interpreter exit).  An export taken by another thread while ``unload`` runs the
+destructors is treated the same way; none can be taken once the globals are forgotten.
 """
 
 from __future__ import annotations
@@ -130,12 +137,24 @@ class Program:
 
     def unload(self) -> None:
         """Wait for queued launches of the program's kernels, run its destructors, notify
-        observers, release the image.  Unloading twice is an ``INVALID_PROGRAM`` error;
-        destructor failures are warnings (the unload completes)."""
+        observers, release the image.  Unloading twice is an ``INVALID_PROGRAM`` error; unloading
+        while a global is exported (a view, memoryview, array or DLPack consumer of its
+        ``allocation``) is an ``INVALID_ARGUMENT`` error that changes nothing; destructor failures
+        are warnings (the unload completes)."""
         with self._lock:
             self.check_loaded()
+            exported = self._exported_globals()
+            if exported:
+                raise InvalidArgumentError(
+                    f"unload: {self!r} has globals still exported ({exported}: memoryviews, arrays, views, DLPack "
+                    "consumers of their allocation); release them first")
             self.state = UNLOADING  # no new launch from here on (see Queue.launch)
         self._release(at_exit=False)
+
+    def _exported_globals(self) -> str:
+        """The globals with live exports, as ``'name' (n exports)``, comma-separated; empty if none."""
+        return ", ".join(f"{g.name!r} ({g.allocation.exports} export{'s' if g.allocation.exports != 1 else ''})"
+                         for g in list(self._globals.values()) if g.allocation.exports)
 
     def _release(self, at_exit: bool) -> None:
         # Launches of our kernels, and copies, fills and launches that use our globals.
@@ -171,11 +190,18 @@ class Program:
         except Exception as exc:
             _warn(f"program_unloading observer failed for {self!r}: {exc!r}")
         # Forget the globals' ranges before the image goes: once it is released, its addresses
-        # may be reused at once by a program another thread loads.
+        # may be reused at once by a program another thread loads.  Forgetting a global clears its
+        # ``live`` and ``exportable`` first, so no export can start after the check below.
         for g in self._globals.values():
             unregister(self.rt, g.allocation)
+        exported = self._exported_globals()
         try:
-            self.disp.unload_binary_impl(self.device.handle, self.handle)
+            if not exported:
+                self.disp.unload_binary_impl(self.device.handle, self.handle)
+            elif not at_exit:
+                warn_teardown(f"unloading {self!r}", RuntimeError(
+                    f"its globals are still exported ({exported}): the image stays loaded (leaked) rather than "
+                    "unmapped under them"))
         finally:
             self.state = UNLOADED
             self.users.clear()

@@ -80,6 +80,143 @@ backends = pytest.mark.parametrize("backend", list(BACKENDS))
 
 
 @backends
+def test_unload_refuses_while_a_global_is_exported(backend):
+    proc = run_scenario(backend, """
+        p = dev.load_program(image)
+        g = p.global_variable("table")
+        n = 0
+        for how, export, read in exports(g.allocation):
+            try:
+                p.unload()
+            except pyoffload.InvalidArgumentError as exc:
+                assert exc.errc is Errc.INVALID_ARGUMENT, exc
+                assert "'table' (1 export)" in str(exc), exc
+            else:
+                raise AssertionError(f"unload with a live {how} export of a global succeeded")
+            assert p.loaded, f"a refused unload ({how}) changed the program"
+            assert (read(export) == TABLE).all(), how
+            assert (g.read(np.int32) == TABLE).all(), how
+            q = dev.create_queue()
+            q.launch(p.kernel("noop"), 1, 1)  # still usable
+            q.wait()
+            q.destroy()
+            del export, read
+            gc.collect()
+            assert g.allocation.exports == 0, how
+            n += 1
+        p.unload()
+        assert not p.loaded
+        print("refused", n)
+    """)
+    assert proc.stdout.split()[-1] == ("7" if backend == "host" else "2"), proc.stdout
+
+
+TEARDOWNS = {
+    "context-close": """
+        ctx = pyoffload.Context([dev])
+        p = dev.load_program(image, context=ctx)
+        g = p.global_variable("table")
+        kept = list(exports(g.allocation))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ctx.close()
+        assert not p.loaded
+        report(caught)
+        for how, export, read in kept:
+            assert (read(export) == TABLE).all(), how
+        print("read after close")
+    """,
+    "shutdown": """
+        p = dev.load_program(image)
+        g = p.global_variable("table")
+        kept = list(exports(g.allocation))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            pyoffload.shutdown()
+        report(caught)
+        for how, export, read in kept:
+            assert (read(export) == TABLE).all(), how
+        print("read after shutdown")
+    """,
+    "exit": """
+        kept = []
+
+        def read_after_teardown():
+            for how, export, read in kept:
+                assert (read(export) == TABLE).all(), how
+            print("read after exit teardown", flush=True)
+
+        after_teardown.append(read_after_teardown)
+        p = dev.load_program(image)
+        kept.extend(exports(p.global_variable("table").allocation))
+        print("exiting", flush=True)
+    """,
+}
+
+REPORT = """
+    def report(caught):
+        msgs = [str(w.message) for w in caught if issubclass(w.category, TeardownWarning)]
+        assert any("'table'" in m and "still exported" in m and "leaked" in m for m in msgs), msgs
+"""
+
+
+@backends
+@pytest.mark.parametrize("teardown", list(TEARDOWNS))
+def test_teardown_keeps_an_exported_global_mapped(backend, teardown):
+    """Teardown cannot refuse: it leaks the image (with a TeardownWarning, except at exit) and the
+    exports stay readable."""
+    proc = run_scenario(backend, REPORT, TEARDOWNS[teardown])
+    assert proc.stdout.strip().splitlines()[-1].startswith("read after"), proc.stdout
+
+
+@backends
+def test_an_export_taken_while_unloading_keeps_the_image(backend):
+    """An export that starts after unload's check (here: by an observer of the unload, as another
+    thread could while the destructors run) is never unmapped: the image is leaked instead."""
+    proc = run_scenario(backend, REPORT, """
+        from pyoffload.backend import hookimpl
+
+        p = dev.load_program(image)
+        g = p.global_variable("table")
+        taken = []
+
+        class Observer:
+            @hookimpl
+            def program_unloading(self, program):
+                taken.extend(exports(g.allocation))
+
+        dev.plugin.pm.register(Observer(), name="exports-observer")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            p.unload()
+        assert not p.loaded and taken
+        report(caught)
+        for how, export, read in taken:
+            assert (read(export) == TABLE).all(), how
+        print("read after unload")
+    """)
+    assert proc.stdout.strip().endswith("read after unload"), proc.stdout
+
+
+@backends
+def test_no_export_of_an_unloaded_global(backend):
+    run_scenario(backend, """
+        p = dev.load_program(image)
+        alloc = p.global_variable("table").allocation
+        p.unload()
+        for make in (lambda: alloc.view(np.int32), lambda: memoryview(alloc), lambda: alloc.__dlpack__(),
+                     lambda: np.asarray(alloc.typed(np.int32))):
+            try:
+                make()
+            except (pyoffload.OffloadError, BufferError):
+                pass
+            else:
+                raise AssertionError("exported the global of an unloaded program")
+        assert alloc.exports == 0
+    """)
+
+
+@backends
 def test_dlpack_exports_alive_at_exit_end_cleanly(backend):
     """Capsules and consumers' arrays that live until the interpreter's last garbage collection
     (here: the module's globals, kept by an observer registered with the backend) must not call
