@@ -131,6 +131,17 @@ def _with_view(e: Env) -> tuple[Callable[[], Any], str]:
     return (lambda: pyoffload.free(h)), "still exported"
 
 
+def _unload_with_view(e: Env) -> tuple[Callable[[], Any], str]:
+    e._global_view = e.table.allocation.view(np.int32)
+
+    def cleanup() -> None:
+        e._global_view = None
+        gc.collect()
+
+    e.extra.append(cleanup)
+    return (lambda: e.prog.unload()), "'table' (1 export)"
+
+
 ROWS: list[Row] = [
     # --- sizes and kinds ----------------------------------------------------------------
     Row("alloc-size-zero", InvalidSizeError, Errc.INVALID_SIZE, lambda e: (lambda: e.dev.alloc(0), "0")),
@@ -288,6 +299,7 @@ ROWS: list[Row] = [
         lambda e: (lambda: e.dead_prog.kernel("noop"), "unloaded")),
     Row("unloaded-program-unload", InvalidHandleError, Errc.INVALID_PROGRAM,
         lambda e: (lambda: e.dead_prog.unload(), "unloaded")),
+    Row("unload-with-exported-global", InvalidArgumentError, Errc.INVALID_ARGUMENT, _unload_with_view),
     Row("unloaded-program-symbols", InvalidHandleError, Errc.INVALID_PROGRAM,
         lambda e: (lambda: e.dead_prog.symbols(), "unloaded")),
     Row("unloaded-global-read", InvalidHandleError, Errc.INVALID_PROGRAM,
