@@ -25,6 +25,7 @@ from . import dlpack
 from .bufferbase import BufferBase
 from .checks import check_size
 from .errors import InvalidArgumentError, InvalidSizeError
+from .locks import check_not_reentered, defer, held_by_me
 
 # Views sit below allocations (an Allocation makes its views), so they name it only as ``Any``.
 Allocation = Any
@@ -64,18 +65,32 @@ class _DeviceExport:
         self.allocation = allocation
 
     def __del__(self) -> None:
-        self.allocation.dl_exports -= 1
+        uncount_device_export(self.allocation)
 
 
 def count_device_export(a: Allocation) -> None:
     """Count an export of ``a`` in ``dl_exports``, or raise ``BufferError`` if it is no longer live.
 
-    The count goes up before ``live`` is read: a free or an unload clears ``live`` before it reads
-    the count, so either it sees this export or this export sees that the memory is gone."""
-    a.dl_exports += 1
-    if not a.live:
+    Under the registry's lock, where a free's claim and an unload read the count and clear
+    ``live``: either they see this export or this export sees that the memory is gone."""
+    lock = a.context.rt.registry.lock
+    check_not_reentered(lock, "exporting device memory")
+    with lock:
+        if not a.live:
+            raise BufferError(f"{a!r} was freed")
+        a.dl_exports += 1
+
+
+def uncount_device_export(a: Allocation) -> None:
+    """Give back a :func:`count_device_export`.  This runs in finalizers (a capsule's destructor,
+    a consumer's deleter, a collected view), so possibly on a thread inside the allocator: there,
+    it is deferred until the thread leaves it (:mod:`pyoffload.locks`)."""
+    lock = a.context.rt.registry.lock
+    if held_by_me(lock):
+        defer(lambda: uncount_device_export(a))
+        return
+    with lock:
         a.dl_exports -= 1
-        raise BufferError(f"{a!r} was freed")
 
 
 def layout(alloc: Allocation, dt: np.dtype[Any], shape: Any, offset: Any, what: str) -> tuple[tuple[int, ...], int, int]:
@@ -156,7 +171,7 @@ class TypedView:
             if keep is not None:
                 keep.release()
             else:
-                a.dl_exports -= 1
+                uncount_device_export(a)
 
         versioned = max_version is not None and tuple(max_version) >= dlpack.VERSION
         return dlpack.make_capsule(a.ptr + self.offset, here, self.dtype, self.shape, bool(a.readonly), versioned,
