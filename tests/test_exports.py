@@ -351,6 +351,21 @@ def test_array_of_read_only_memory_is_read_only(host):
     b.release()
 
 
+@pytest.mark.xfail(strict=True, reason="memory.py rewrite")
+def test_view_of_read_only_memory_is_read_only(host):
+    """``Allocation.view`` must not hand out a writable array over memory its producer made
+    read-only (the holder's ``readonly`` is left unset)."""
+    src = np.arange(16, dtype=np.int32)
+    src.flags.writeable = False
+    b = pyoffload.from_dlpack(src)
+    v = b.view(np.int32)
+    writable = v.flags.writeable
+    del v
+    gc.collect()
+    b.release()
+    assert not writable
+
+
 def test_no_array_of_freed_memory(host):
     a = host.alloc(64)
     view = a.typed(np.int32)
