@@ -5,8 +5,9 @@ The type is C (core/_buffer.c) wherever it was compiled: Python 3.11 has no Pyth
 protocol.  On Python 3.12 and later an install without a C compiler gets the class below, which
 exports through ``__buffer__`` (PEP 688) under the same rule: an export counts itself, then checks
 ``exportable``; a free clears ``exportable``, then reads the count (``pyoffload.memory._claim``).
-On 3.11 without a compiler, ``memoryview(allocation)`` is unavailable; ``Allocation.view``, the
-array interface and DLPack still work.
+On 3.11 without a compiler there is no way to export host memory to Python consumers at all:
+``memoryview``, ``Allocation.view``, the array interfaces and DLPack of host memory raise; copies
+(``pyoffload.memcpy``) still work.  The compiled install (the default) has none of these limits.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ from .locks import pending as _pending
 from .pool import Block, CachingAllocator
 from .queue_core import QueueCore, running_host_function
 from . import runtime as _runtime
-from .views import HostView, TypedView, dlpack_device, layout
+from .views import TypedView, dlpack_device, host_holder, layout
 from .runtime import CLOSING, LIVE, Runtime, active, dead_runtime_error, warn_teardown
 from .tracking import origin
 
@@ -137,9 +137,7 @@ class Allocation(BufferBase):
             raise InvalidArgumentError(f"view: dtype {dt} holds Python objects")
         dims, count, offset = layout(self, dt, shape, offset, "view")
         nbytes = count * dt.itemsize
-        holder = _new(HostView)
-        holder.ptr, holder.nbytes, holder.exportable = self.ptr + offset, nbytes, True
-        holder.export, holder.owner = memoryview(self), owner  # type: ignore[arg-type]
+        holder = host_holder(self, offset, nbytes, owner)
         return np.frombuffer(holder, dtype=dt, count=count).reshape(dims)  # type: ignore[call-overload, no-any-return]
 
     @property
@@ -150,7 +148,7 @@ class Allocation(BufferBase):
     @property
     def __array_interface__(self) -> dict[str, Any]:
         self.check_host("__array_interface__")
-        return {"shape": (self.size,), "typestr": "|u1", "data": (self.ptr, False), "version": 3}
+        return TypedView(self, np.uint8).__array_interface__  # its "data" holds an export
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         """numpy 2's protocol: ``copy=True`` always copies, ``copy=False`` never does (a dtype
@@ -180,6 +178,9 @@ class Allocation(BufferBase):
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
+        """The CUDA array interface of the whole allocation.  A consumer keeps the Allocation
+        itself, so this read counts no export (``free`` cannot see it): hand other libraries
+        ``a.typed(...)``, whose interface counts one for as long as the view lives."""
         return TypedView(self, np.uint8).__cuda_array_interface__
 
     # -- teardown -----------------------------------------------------------------------------

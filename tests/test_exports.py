@@ -351,7 +351,6 @@ def test_array_of_read_only_memory_is_read_only(host):
     b.release()
 
 
-@pytest.mark.xfail(strict=True, reason="memory.py rewrite")
 def test_view_of_read_only_memory_is_read_only(host):
     """``Allocation.view`` must not hand out a writable array over memory its producer made
     read-only (the holder's ``readonly`` is left unset)."""
@@ -374,7 +373,6 @@ def test_no_array_of_freed_memory(host):
         np.asarray(view)
 
 
-@pytest.mark.xfail(strict=True, reason="memory.py rewrite")
 def test_allocation_array_interface_counts_an_export(host):
     """A consumer that reads ``Allocation.__array_interface__`` itself (not the buffer protocol)."""
 

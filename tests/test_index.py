@@ -164,8 +164,6 @@ def check_whole(s: SortedIndex, before: list[int], x: int) -> list[int]:
     return flat
 
 
-@pytest.mark.xfail(strict=True, reason="sorted_index.py: `_len += 1` and `del block[LOAD:]` allocate "
-                   "after the index changed (core/addresses/sorted_index.py, owned by the memory rewrite)")
 @pytest.mark.parametrize("nblocks", [1, 8], ids=["split", "split-and-grow"])
 @pytest.mark.parametrize("where", ["top", "upper-half", "lower-half", "bottom"])
 def test_an_add_that_runs_out_of_memory_leaves_the_index_whole(nblocks: int, where: str) -> None:

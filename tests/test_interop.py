@@ -24,7 +24,10 @@ def test_buffer_protocol_and_array_interface(host, kind):
     assert mv.nbytes == 64 and mv.format == "B" and not mv.readonly
     assert a.exports == 1
     assert np.asarray(a).shape == (64,) and np.asarray(a).dtype == np.uint8
-    assert a.__array_interface__["data"] == (a.ptr, False)
+    data = a.__array_interface__["data"]  # a holder of one more export, not a bare address
+    assert data.ptr == a.ptr and a.exports == 2
+    del data
+    gc.collect()
     with pytest.raises(OffloadError) as err:
         a.free()
     assert err.value.errc is Errc.INVALID_ARGUMENT and "exported" in str(err.value)

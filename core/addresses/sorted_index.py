@@ -56,11 +56,16 @@ class SortedIndex:
     def add(self, x: int, /) -> bool:
         """Insert ``x``; ``False`` if it was there already."""
         x = _address(x)
+        n = self._len + 1  # made before the first change: the update below allocates nothing
         maxes = self._maxes
         if not maxes:
             self._blocks.append([x])
-            maxes.append(x)
-            self._len = 1
+            try:
+                maxes.append(x)
+            except BaseException:
+                del self._blocks[-1]
+                raise
+            self._len = n
             return True
         pos = bisect_left(maxes, x)
         if pos == len(maxes):
@@ -74,7 +79,7 @@ class SortedIndex:
             if block[i] == x:
                 return False
             block.insert(i, x)
-        self._len += 1
+        self._len = n
         if len(block) > 2 * LOAD:
             self._split(pos)
         return True
@@ -82,14 +87,14 @@ class SortedIndex:
     def _split(self, pos: int) -> None:
         """Move the upper half of block ``pos`` into a new block after it."""
         block = self._blocks[pos]
-        upper = block[LOAD:]
-        self._maxes.insert(pos, block[LOAD - 1])
+        lower, upper = block[:LOAD], block[LOAD:]
+        self._maxes.insert(pos, lower[-1])
         try:
             self._blocks.insert(pos + 1, upper)
         except BaseException:
             del self._maxes[pos]
             raise
-        del block[LOAD:]  # shrinking never fails
+        self._blocks[pos] = lower  # replacing allocates nothing (deleting a slice would)
 
     def discard(self, x: int, /) -> bool:
         """Remove ``x``; ``False`` if it was not there."""
@@ -102,8 +107,9 @@ class SortedIndex:
         i = bisect_left(block, x)
         if block[i] != x:
             return False
-        del block[i]
-        self._len -= 1
+        n = self._len - 1
+        del block[i]  # one item: allocates nothing
+        self._len = n
         if not block:
             del self._blocks[pos]
             del maxes[pos]
