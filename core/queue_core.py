@@ -38,7 +38,7 @@ from typing import Any
 from . import settings
 from ._launch import QueueBase
 from .errors import BackendError, Errc, InvalidHandleError, OffloadError, UnsupportedError
-from .runtime import dead_runtime_error, warn_teardown
+from .runtime import dead_runtime_error, exit_wait, warn_teardown
 
 # Poll for completed markers on enqueue once this many holds or deferred actions are pending.
 _POLL_AFTER = 8
@@ -647,7 +647,7 @@ class QueueCore(QueueBase):
     def drain_within(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for everything enqueued so far (polling, so that an
         operation that never completes cannot hang the caller); ``True`` if it completed."""
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + exit_wait(timeout)  # at exit, within the budget left
         delay = 0.0005
         while not self.is_done(self.seq):
             if time.monotonic() >= deadline:

@@ -21,8 +21,10 @@ and nothing of it is torn down at the child's exit).
 from __future__ import annotations
 
 import atexit
+import math
 import os
 import threading
+import time
 import warnings
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -278,11 +280,26 @@ def on_shutdown(callback: Callable[[], None]) -> Callable[[], None]:
 _shutdown_callbacks: list[Callable[[], None]] = []
 
 
+_exit_deadline = math.inf
+"""When interpreter exit stops waiting for unfinished work: every wait of the exit teardown
+(a program's users, each queue) shares one ``PYOFFLOAD_EXIT_TIMEOUT``, rather than each taking it
+in turn (a stuck kernel used to cost it twice: its program, then its queue)."""
+
+
+def exit_wait(timeout: float) -> float:
+    """How long a wait of ``timeout`` seconds may take: at most what is left of the exit budget."""
+    return max(0.0, min(timeout, _exit_deadline - time.monotonic()))
+
+
 def _atexit_teardown() -> None:
+    global _exit_deadline
     rt = _current
     install(None)
     if rt is None or rt.state is FORKED or rt.pid != os.getpid():
         return
+    from .queue_core import EXIT_WAIT_SECONDS
+
+    _exit_deadline = time.monotonic() + EXIT_WAIT_SECONDS
     try:
         teardown(rt, at_exit=True)
     except BaseException as exc:  # never let atexit raise

@@ -217,3 +217,33 @@ def test_fork_before_first_use_gives_the_child_a_fresh_runtime():
     """)
     proc = _run(script, timeout=60)
     assert proc.stdout.strip() == "0", proc.stderr
+
+
+def test_exit_with_a_stuck_kernel_takes_one_exit_timeout(tmp_path):
+    """A kernel that never finishes, its program still loaded: the program's unload and the
+    queue's release share one ``PYOFFLOAD_EXIT_TIMEOUT`` (each used to wait the whole of it, in
+    turn); the process ends within the timeout and a second of slack, its work leaked."""
+    import time
+
+    timeout = 2
+    script = PRELUDE.format(here=HERE, log=str(tmp_path / "dtors.log")) + textwrap.dedent("""
+        stuck = dev.create_queue()
+        stuck.launch(progs[2].kernel("spin"), 1, 1, [dev.alloc(8), np.int64(1 << 62)])
+        print("exiting", flush=True)
+    """)
+    env = dict(os.environ, PYOFFLOAD_EXIT_TIMEOUT=str(timeout))
+    with subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, env=env) as proc:
+        assert proc.stdout is not None
+        lines = [proc.stdout.readline(), proc.stdout.readline()]
+        start = time.monotonic()
+        try:
+            proc.wait(timeout=60)
+        finally:
+            proc.kill()
+        took = time.monotonic() - start
+        stderr = proc.stderr.read() if proc.stderr else ""
+    assert lines == ["ready\n", "exiting\n"], lines + [stderr]
+    assert proc.returncode == 0, stderr
+    assert took < timeout + 1, f"exit took {took:.1f} s with PYOFFLOAD_EXIT_TIMEOUT={timeout}"
+    assert "still runs work" in stderr and "Fatal" not in stderr, stderr
