@@ -147,3 +147,33 @@ def test_device_selector_rejects_garbage(fresh_runtime, monkeypatch):
         pyoffload.devices()
     assert err.value.errc is pyoffload.Errc.INVALID_VALUE and "opencl:zero" in str(err.value)
     monkeypatch.delenv("PYOFFLOAD_DEVICES")
+
+
+def test_an_unknown_name_in_the_allow_list_is_a_warning_naming_the_known_plugins(broken_site):
+    from pyoffload.hooks import discovery
+
+    found = [("nodevs", ("pyoffload-nodevs", "0"), object()), ("host", ("pyoffload", "0"), object())]
+    with pytest.warns(UserWarning, match=r"PYOFFLOAD_PLUGINS names 'opencll'.*known plugins: host, nodevs"):
+        discovery.load_backends(frozenset({"opencll", "host"}), lambda name: [], found=found)
+    # what a user sees: the warning on stderr, the rest of the start unchanged
+    env = {k: v for k, v in os.environ.items() if k != "PYOFFLOAD_PLUGINS"}
+    env.update(PYTHONPATH=str(broken_site), PYOFFLOAD_PLUGINS="nodevs,cudda")
+    proc = subprocess.run([sys.executable, "-m", "pyoffload", "plugins"], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "UserWarning: PYOFFLOAD_PLUGINS names 'cudda', which no installed plugin provides" in proc.stderr
+    assert "nodevs" in proc.stderr.split("known plugins:")[1] and "host" in proc.stderr, proc.stderr
+    assert "no devices: cuInit failed" in proc.stdout
+
+
+def test_known_names_and_the_host_backend_are_no_warning() -> None:
+    import warnings
+
+    from pyoffload.hooks import discovery
+
+    found = [("nodevs", ("pyoffload-nodevs", "0"), object())]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        discovery.load_backends(frozenset({"nodevs", "host"}), lambda name: [], found=found)
+        discovery.load_backends(frozenset(), lambda name: [], found=found)
+        discovery.load_backends(None, lambda name: [], found=found)

@@ -26,6 +26,7 @@ import re
 import sys
 import traceback
 import types
+import warnings
 from collections.abc import Callable, Iterable
 from importlib.machinery import PathFinder
 from typing import Any
@@ -349,6 +350,13 @@ def load_backends(allow: frozenset[str] | None, wrappers_for: Callable[[str], li
     by_name: dict[str, list[EntryPoint]] = {}
     for entry in entries:
         by_name.setdefault(entry[0], []).append(entry)
+
+    unknown = sorted(allow - by_name.keys() - {HOST_BACKEND}) if allow else []
+    if unknown:
+        # A misspelt name would otherwise just leave its backend out, with nothing said.
+        known = ", ".join(sorted(by_name.keys() | {HOST_BACKEND}))
+        warnings.warn(f"PYOFFLOAD_PLUGINS names {', '.join(map(repr, unknown))}, which no installed plugin "
+                      f"provides (known plugins: {known}); ignored", UserWarning, stacklevel=2)
 
     backends: list[Backend] = []
     reports: list[PluginReport] = []
