@@ -2,8 +2,15 @@
 
 Rows: unit tests; conformance on host only; OpenCL with one PoCL device; OpenCL with two PoCL
 devices; the CUDA and AMDGPU backends against their driver-level fakes; the MPI backend under
-``mpirun -n 3`` on loopback (pytest on rank 0; the host and PoCL devices of ranks 1 and 2).  A row
-fails if pytest fails, if it ran no test, or if the backend it is about contributed no device.
+``mpirun -n 3`` on loopback (pytest on rank 0; the host and PoCL devices of ranks 1 and 2); the
+core, host and OpenCL rows again on Python 3.12 and 3.13; and ``demo-no-pyenv``, the README's demo
+command with the extra interpreters hidden, as on a stock Debian machine.  A row fails if pytest
+fails, if it ran no test, or if the backend it is about contributed no device.  The rows of an
+interpreter that set-up found nowhere (no ``.venv-3.X``) are reported as not run, with the reason,
+and fail nothing.
+
+Output has no colour codes unless the matrix itself writes to a terminal: ranks under ``mpirun``
+get a pseudo-terminal and would colour theirs.
 """
 
 from __future__ import annotations
@@ -56,6 +63,7 @@ def rows() -> list[Row]:
         full.append(("mpi", {"PYOFFLOAD_PLUGINS": "mpi", "PYOFFLOAD_MPI_SERVE": "opencl", "POCL_DEVICES": "pthread",
                              "PYOFFLOAD_MPI_TIMEOUT": "30"},
                      CONFORMANCE, "mpi", py, (*mpirun, py, "-m", "pyoffload_mpi")))
+    full.append(("demo-no-pyenv", {}, [str(ROOT / "scripts" / "tests")], None, py, (py,)))
     for version in OTHER_PYTHONS:
         other = str(ROOT / f".venv-{version}" / "bin" / "python")
         tag = "py" + version.replace(".", "")
@@ -67,6 +75,22 @@ def rows() -> list[Row]:
             full.append((f"opencl-2dev-{tag}", {"PYOFFLOAD_PLUGINS": "opencl", "POCL_DEVICES": "pthread pthread"},
                          CONFORMANCE, "opencl", other, (other,)))
     return full
+
+
+def not_run(name: str, python: str) -> str:
+    """Why a row cannot run here ("" if it can): its interpreter's environment is missing."""
+    if python == sys.executable or Path(python).exists():
+        return ""
+    version = Path(python).parent.parent.name.removeprefix(".venv-")
+    return (f"not run: no Python {version} here (set-up makes {Path(python).parent.parent.name} where "
+            f"pyenv or python{version} provides it)")
+
+
+def colour_options() -> tuple[dict[str, str], list[str]]:
+    """Colour only on a terminal: the environment and pytest options of every row."""
+    if sys.stdout.isatty():
+        return {}, []
+    return {"NO_COLOR": "1", "PY_COLORS": "0", "PYTHON_COLORS": "0"}, ["--color=no"]
 
 
 def count(junit: Path, backend: str | None) -> dict[str, int]:
@@ -91,16 +115,22 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--only", nargs="*", help="run only these rows")
     args, extra = parser.parse_known_args()
-    results = []
+    results: list[tuple[str, dict[str, int] | None, str]] = []
     ok = True
+    colour_env, colour_args = colour_options()
     with tempfile.TemporaryDirectory(prefix="pyoffload-matrix-") as tmp:
         for name, env_extra, pytest_args, backend, python, launcher in rows():
             if args.only and name not in args.only:
                 continue
+            reason = not_run(name, python)
+            if reason:
+                print(f"\n=== row {name}: {reason}", flush=True)
+                results.append((name, None, reason))
+                continue
             junit = Path(tmp) / f"{name}.xml"
-            env = dict(os.environ, **env_extra)
+            env = dict(os.environ, **colour_env, **env_extra)
             cmd = [*launcher, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}",
-                   *pytest_args, *extra]
+                   *colour_args, *pytest_args, *extra]
             print(f"\n=== row {name}: {' '.join(f'{k}={v!r}' for k, v in env_extra.items())}", flush=True)
             try:
                 rc = subprocess.run(cmd, cwd=tempfile.gettempdir() if pytest_args is CONFORMANCE else ROOT, env=env,
@@ -123,11 +153,17 @@ def main() -> int:
     print("\npyoffload test matrix")
     print(f"{'row':<18} {'passed':>7} {'skipped':>8} {'failed':>7}  problem")
     for name, c, problem in results:
-        print(f"{name:<18} {c['passed']:>7} {c['skipped']:>8} {c['failed']:>7}  {problem}")
-    passed = sum(c["passed"] for _, c, _ in results)
-    failed = sum(c["failed"] for _, c, _ in results)
-    skipped = sum(c["skipped"] for _, c, _ in results)
-    print(f"matrix: {passed} passed, {failed} failed, {skipped} skipped")
+        if c is None:
+            print(f"{name:<18} {'-':>7} {'-':>8} {'-':>7}  {problem}")
+        else:
+            print(f"{name:<18} {c['passed']:>7} {c['skipped']:>8} {c['failed']:>7}  {problem}")
+    ran = [c for _, c, _ in results if c is not None]
+    passed = sum(c["passed"] for c in ran)
+    failed = sum(c["failed"] for c in ran)
+    skipped = sum(c["skipped"] for c in ran)
+    missing = len(results) - len(ran)
+    print(f"matrix: {passed} passed, {failed} failed, {skipped} skipped"
+          + (f"; {missing} row{'s' if missing != 1 else ''} not run" if missing else ""))
     return 0 if ok and passed else 1
 
 

@@ -3,6 +3,6 @@
 # backend configuration), ending with a per-row table and a total line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --test
 . .venv/bin/activate
 python scripts/matrix.py "$@"
