@@ -132,6 +132,7 @@ def main() -> int:
             cmd = [*launcher, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}",
                    *colour_args, *pytest_args, *extra]
             print(f"\n=== row {name}: {' '.join(f'{k}={v!r}' for k, v in env_extra.items())}", flush=True)
+            rc: int | str
             try:
                 rc = subprocess.run(cmd, cwd=tempfile.gettempdir() if pytest_args is CONFORMANCE else ROOT, env=env,
                                     timeout=ROW_TIMEOUT_S).returncode
@@ -152,12 +153,12 @@ def main() -> int:
             results.append((name, c, problem))
     print("\npyoffload test matrix")
     print(f"{'row':<18} {'passed':>7} {'skipped':>8} {'failed':>7}  problem")
-    for name, c, problem in results:
-        if c is None:
+    for name, row, problem in results:
+        if row is None:
             print(f"{name:<18} {'-':>7} {'-':>8} {'-':>7}  {problem}")
         else:
-            print(f"{name:<18} {c['passed']:>7} {c['skipped']:>8} {c['failed']:>7}  {problem}")
-    ran = [c for _, c, _ in results if c is not None]
+            print(f"{name:<18} {row['passed']:>7} {row['skipped']:>8} {row['failed']:>7}  {problem}")
+    ran = [row for _, row, _ in results if row is not None]
     passed = sum(c["passed"] for c in ran)
     failed = sum(c["failed"] for c in ran)
     skipped = sum(c["skipped"] for c in ran)
