@@ -12,7 +12,6 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -319,33 +318,9 @@ def test_a_retrieve_the_server_cannot_carry_out_fails_its_queue_and_leaves_no_re
     assert "STRAY-OK" in done.stdout
 
 
-def test_a_synchronous_copy_between_two_servers_costs_about_what_mpi_does(tmp_path: Path) -> None:
-    """A synchronous 1 MiB copy from rank 1 to rank 2 against plain Send/Recv of the same bytes
-    between the same ranks, medians of interleaved rounds.  The bound is loose (3 ranks share
-    2 cores in CI): a copy used to take 12x as long, through threads and sleeping waits."""
-    done = _job(tmp_path, """
-    MiB = 1 << 20
-    a, b = by_rank[1].alloc(MiB), by_rank[2].alloc(MiB)
-    pyoffload.memcpy(a, np.ones(MiB, np.uint8))
-    ours, raw = [], []
-    for _ in range(7):
-        t = time.perf_counter()
-        for _ in range(10):
-            pyoffload.memcpy(b, a)
-        ours.append((time.perf_counter() - t) / 10)
-        tag = link.tags.take()
-        t = time.perf_counter()
-        receiving = link.start(2, "raw", "recv", 1, tag, MiB, 10)
-        sending = link.start(1, "raw", "send", 2, tag, MiB, 10)
-        link.finish(sending)
-        link.finish(receiving)
-        raw.append((time.perf_counter() - t) / 10)
-    ours.sort(); raw.sort()
-    print(f"RATIO {ours[3] / raw[3]:.2f} ours {ours[3] * 1e6:.0f} us raw {raw[3] * 1e6:.0f} us", flush=True)
-    assert ours[3] <= 3.5 * raw[3], (ours, raw)
-    """)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "RATIO" in done.stdout
+# What a synchronous copy between two servers costs against plain MPI Send/Recv of the same bytes
+# is a figure of benchmarks/bench_mpi.py (the r2r rows), not a test: on a loaded machine the
+# ratio says more about the load than about the code.
 
 
 def test_a_server_that_stops_answering_is_a_clear_error_within_the_timeout(tmp_path: Path) -> None:
