@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-BLOCKS = re.findall(r"^```python\n(.*?)^```\s*$", README.read_text(), re.M | re.S)
+BLOCKS = re.findall(r"^```python\n(.*?)^```\s*$", README.read_text(), re.MULTILINE | re.DOTALL)
 
 
 def test_the_readme_has_python_to_run() -> None:
