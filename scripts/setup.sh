@@ -15,9 +15,10 @@
 # One line per step with its time; what the steps print goes to build/setup.log (SETUP_LOG
 # overrides).  A pip install is skipped when nothing it depends on changed: each environment keeps
 # a stamp per distribution (in <venv>/.setup-stamps) of the interpreter, the distribution's build
-# files (pyproject.toml, setup.py, MANIFEST.in) and compiled sources, with the version that got
-# installed; the step runs again when any of them differs, or when the installed version is not
-# the one recorded.  Installs are editable: changes to .py files need no new set-up.
+# files (pyproject.toml, setup.py, MANIFEST.in) and compiled sources (C, and the modules setup.py
+# compiles with Cython), with the version that got installed; the step runs again when any of them
+# differs, or when the installed version is not the one recorded.  Installs are editable: changes
+# to the other .py files need no new set-up.
 # PYTHON picks the interpreter that creates .venv (default python3).
 set -Eeuo pipefail
 cd "$(dirname "$0")/.."
@@ -47,6 +48,7 @@ done_() { printf 'setup: %-36s %-34s %8s\n' "$STEP" "$1" "$(seconds "$(ms_since 
 run() { "$@" >>"$LOG" 2>&1; }
 failed() {
   local status=$?
+  [ "$BASHPID" = "$$" ] || exit "$status"  # a subshell: its parent reports the step
   trap - ERR
   printf 'setup: %-36s FAILED (exit status %d); the end of %s:\n' "$STEP" "$status" "$LOG" >&2
   tail -n 30 "$LOG" | sed 's/^/  | /' >&2
@@ -103,13 +105,17 @@ EOF
 inputs_hash() {
   local dir=$2 sources=()
   if [ "$dir" = . ]; then
-    sources=(core/*.c core/*.h core/*.pyx core/*.pxd)
+    # C sources, and the modules setup.py compiles with Cython (named there as "core/....py"): an
+    # editable install builds them once, and a compiled module shadows its changed source.
+    sources=(core/*.c core/*.h core/*.pyx core/*.pxd)  # patterns matching nothing are skipped below
+    mapfile -t -O ${#sources[@]} sources < <({ grep -o '"core/[^"]*\.\(py\|pyx\|c\|h\)"' setup.py || true; } |
+                                              tr -d '"' | sort -u)
   else
     mapfile -t sources < <(find "$dir" -path "$dir/tests" -prune -o -path "*/build" -prune -o \
                                \( -name '*.c' -o -name '*.h' -o -name '*.pyx' -o -name '*.pxd' \) -print | sort)
   fi
   {
-    echo "$1"
+    echo "$1 PYOFFLOAD_COMPILE=${PYOFFLOAD_COMPILE:-}"
     for f in "$dir/pyproject.toml" "$dir/setup.py" "$dir/setup.cfg" "$dir/MANIFEST.in" "${sources[@]}"; do
       [ -f "$f" ] && sha256sum "$f"
     done
