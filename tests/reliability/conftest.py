@@ -27,6 +27,16 @@ def _with_twin(original: Any) -> Any:
     return entry_points
 
 
+def add_twin(mp: pytest.MonkeyPatch) -> None:
+    """Register the twin backend through ``mp``; where PYOFFLOAD_PLUGINS is an allow-list (the
+    matrix's unit row has one), the twin joins it: it exists only in this process, so the row's
+    own list cannot name it without every subprocess warning about an unknown plugin."""
+    mp.setattr(discovery, "entry_points", _with_twin(discovery.entry_points))
+    allow = os.environ.get("PYOFFLOAD_PLUGINS")
+    if allow is not None:
+        mp.setenv("PYOFFLOAD_PLUGINS", ",".join(filter(None, [allow, twin_backend.NAME])))
+
+
 def owned_allocations(ctx: Any) -> list[Any]:
     return [o for o in ctx.owned_objects.values() if isinstance(o, pyoffload.Allocation)]
 
@@ -37,10 +47,7 @@ def twin_runtime():
     if runtime.active() is not None:
         pyoffload.shutdown()
     mp = pytest.MonkeyPatch()
-    mp.setattr(discovery, "entry_points", _with_twin(discovery.entry_points))
-    allow = os.environ.get("PYOFFLOAD_PLUGINS")
-    if allow is not None:  # an allow-list (the matrix's unit row has one): the twin joins it
-        mp.setenv("PYOFFLOAD_PLUGINS", ",".join(filter(None, [allow, twin_backend.NAME])))
+    add_twin(mp)
     rt = api.runtime()
     assert any(d.backend == twin_backend.NAME for d in rt.devices), [r.line() for r in rt.reports]
     yield rt

@@ -29,11 +29,10 @@ import pytest
 
 import pyoffload
 from pyoffload import AllocKind, MemAdvice, OffloadError, TeardownWarning, api, runtime
-from pyoffload.hooks import discovery
 from pyoffload.hooks.wrappers import wrap_every_hook
 
 import twin_backend
-from conftest import _with_twin, check_registry, snapshot
+from conftest import add_twin, check_registry, snapshot
 from faults import FaultPlugin
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -235,7 +234,7 @@ def _count_hooks() -> dict[str, collections.Counter[str]]:
         return counters.setdefault(backend, Counter())
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(discovery, "entry_points", _with_twin(discovery.entry_points))
+        add_twin(mp)
         try:
             rt = _start(factory)
             backends = sorted({d.backend for d in rt.devices})
@@ -309,7 +308,7 @@ def test_fault(fault_case):
         return plugin if name == backend else object()
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(discovery, "entry_points", _with_twin(discovery.entry_points))
+        add_twin(mp)
         try:
             with warnings.catch_warnings(record=True):
                 warnings.simplefilter("always")
