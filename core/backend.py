@@ -25,7 +25,8 @@ Every record below is described field by field in ``docs/plugin-guide.md``.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar, cast, overload
 
 import pluggy
 
@@ -54,7 +55,22 @@ version it was written for; a plugin of another major version, or of a newer min
 this runtime's, is listed by ``pyoffload plugins`` with the reason and not loaded.  Minor versions
 only add optional hooks and record fields with defaults."""
 
-hookimpl = pluggy.HookimplMarker(PROJECT)
+_F = TypeVar("_F", bound=Callable[..., object])
+
+
+class HookimplMarker(Protocol):
+    """pluggy's marker, as a type checker should see it: ``@hookimpl`` and
+    ``@hookimpl(trylast=True)`` both return the function they mark, unchanged."""
+
+    @overload
+    def __call__(self, function: _F, /) -> _F: ...
+
+    @overload
+    def __call__(self, *, hookwrapper: bool = ..., optionalhook: bool = ..., tryfirst: bool = ...,
+                 trylast: bool = ..., specname: str | None = ..., wrapper: bool = ...) -> Callable[[_F], _F]: ...
+
+
+hookimpl = cast(HookimplMarker, pluggy.HookimplMarker(PROJECT))
 """Marker for backend hook implementations: ``@hookimpl def data_alloc_impl(...)``."""
 
 

@@ -3,7 +3,9 @@
 Rows: unit tests; conformance on host only; OpenCL with one PoCL device; OpenCL with two PoCL
 devices; the CUDA and AMDGPU backends against their driver-level fakes; the MPI backend under
 ``mpirun -n 3`` on loopback (pytest on rank 0; the host and PoCL devices of ranks 1 and 2); the
-core, host and OpenCL rows again on Python 3.12 and 3.13; and ``demo-no-pyenv``, the README's demo
+core, host and OpenCL rows again on Python 3.12 and 3.13; again as installed without a C compiler
+(``*-pure``: the same source, interpreted); under AddressSanitizer + UBSan (``asan-*``,
+scripts/sanitize.py); and ``demo-no-pyenv``, the README's demo
 command with the extra interpreters hidden, as on a stock Debian machine.  A row fails if pytest
 fails, if it ran no test, or if the backend it is about contributed no device.  The rows of an
 interpreter that set-up found nowhere (no ``.venv-3.X``) are reported as not run, with the reason,
@@ -74,6 +76,18 @@ def rows() -> list[Row]:
         if "opencl" in plugins:
             full.append((f"opencl-2dev-{tag}", {"PYOFFLOAD_PLUGINS": "opencl", "POCL_DEVICES": "pthread pthread"},
                          CONFORMANCE, "opencl", other, (other,)))
+    # Installed without a C compiler: every module interpreted (setup.sh makes .venv-pure).
+    pure = str(ROOT / ".venv-pure" / "bin" / "python")
+    full += [
+        ("unit-pure", out[0][1], out[0][2], None, pure, (pure,)),
+        ("host-pure", {"PYOFFLOAD_PLUGINS": ""}, CONFORMANCE, "host", pure, (pure,)),
+    ]
+    if "opencl" in plugins:
+        full.append(("opencl-2dev-pure", {"PYOFFLOAD_PLUGINS": "opencl", "POCL_DEVICES": "pthread pthread"},
+                     CONFORMANCE, "opencl", pure, (pure,)))
+    import sanitize  # scripts/sanitize.py: the AddressSanitizer + UBSan rows
+
+    full += sanitize.rows(CONFORMANCE)
     return full
 
 
@@ -81,6 +95,8 @@ def not_run(name: str, python: str) -> str:
     """Why a row cannot run here ("" if it can): its interpreter's environment is missing."""
     if python == sys.executable or Path(python).exists():
         return ""
+    if Path(python).parent.parent.name == ".venv-pure":
+        return "not run: no Python 3.12 or 3.13 here for the install without a compiler (.venv-pure)"
     version = Path(python).parent.parent.name.removeprefix(".venv-")
     return (f"not run: no Python {version} here (set-up makes {Path(python).parent.parent.name} where "
             f"pyenv or python{version} provides it)")

@@ -65,7 +65,7 @@ def rows(conformance: list[str]) -> list[Row]:
     launcher = (py, str(Path(__file__).resolve()), "run")
     out: list[Row] = [
         # the tests of the copy that was built, so that they and the code are one snapshot
-        ("asan-unit", {"PYOFFLOAD_PLUGINS": "twin,opencl", "POCL_DEVICES": "pthread pthread"},
+        ("asan-unit", {"PYOFFLOAD_PLUGINS": "opencl", "POCL_DEVICES": "pthread pthread"},
          [str(TREE / "tests")], None, py, launcher),
         ("asan-host", {"PYOFFLOAD_PLUGINS": ""}, conformance, "host", py, launcher),
     ]

@@ -10,7 +10,9 @@
 #                                  PyTorch's CPU build for the interop tests, and .venv-3.12 and
 #                                  .venv-3.13 for the matrix rows on those interpreters, where
 #                                  Python 3.12/3.13 exist (pyenv, or python3.X on PATH); where one
-#                                  does not, its rows are reported as not run
+#                                  does not, its rows are reported as not run; and .venv-pure,
+#                                  pyoffload installed as without a C compiler (on 3.12 or 3.13),
+#                                  for the rows that run the same source interpreted
 #
 # One line per step with its time; what the steps print goes to build/setup.log (SETUP_LOG
 # overrides).  A pip install is skipped when nothing it depends on changed: each environment keeps
@@ -231,6 +233,39 @@ if [ "$MODE" = test ]; then
     pip_install ".venv-$v" pyoffload-opencl plugins/opencl
     venvs+=(".venv-$v")
   done
+fi
+
+if [ "$MODE" = test ]; then
+  # An install without a C compiler (CC=false: every compiled module is optional) for the rows that
+  # run the same source interpreted (matrix.py's *-pure rows).  Python 3.12 or later: there the
+  # buffer protocol needs no C (PEP 688).  Not editable: an editable install would build in core/.
+  pure_py=""
+  for v in 3.12 3.13; do
+    [ -x ".venv-$v/bin/python" ] && { pure_py=$(".venv-$v/bin/python" -c 'import sys; print(sys._base_executable)'); break; }
+  done
+  if [ -z "$pure_py" ]; then
+    begin ".venv-pure"
+    done_ "skipped: no Python 3.12 or 3.13 (its rows will not run)"
+  else
+    environment .venv-pure "$pure_py"
+    begin "pyoffload, no compiler (.venv-pure)"
+    hash=$( { echo "$PYTHON_ID"; git ls-files -z core plugins/opencl setup.py pyproject.toml \
+              | xargs -0 sha256sum; } | sha256sum | cut -c1-16)
+    if [ "$(cat .venv-pure/.setup-stamps/pure 2>/dev/null)" = "$hash" ]; then
+      done_ "up to date"
+    else
+      run env CC=false CXX=false LDSHARED=false .venv-pure/bin/python -m pip install --force-reinstall --no-deps . ./plugins/opencl
+      run .venv-pure/bin/python -m pip install ".[test]" ./plugins/opencl
+      if .venv-pure/bin/python -c "import pyoffload.memory as m, sys; sys.exit(not m.__file__.endswith('.py'))"; then
+        mkdir -p .venv-pure/.setup-stamps
+        echo "$hash" >.venv-pure/.setup-stamps/pure
+        done_ "installed (interpreted)"
+      else
+        echo "setup: the install without a compiler still has compiled modules" >>"$LOG"
+        false
+      fi
+    fi
+  fi
 fi
 
 # Byte-compile the project's sources for each interpreter, as a wheel install does: editable
