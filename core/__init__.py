@@ -93,6 +93,7 @@ __all__ = [
     "InvalidSizeError", "InvalidValueError", "Kernel", "LeakWarning", "LocalMemory", "MemAdvice", "MemInfo",
     "MemoryConnection", "MemoryPool", "NoDevicesError", "NotFoundError", "OffloadError", "OutOfResourcesError",
     "Platform", "PluginReport", "PoolStats", "PreparedLaunch", "Program", "Queue", "SymbolKind",
-    "TeardownWarning", "TypedView", "UnsupportedError", "advise", "from_dlpack", "from_native", "devices", "free", "host_device", "is_pinned", "mem_info",
-    "memcpy", "memfill", "memory_connection", "on_shutdown", "platforms", "plugins", "prefetch", "shutdown",
+    "TeardownWarning", "TypedView", "UnsupportedError", "advise", "from_dlpack", "from_native", "devices", "free",
+    "host_device", "is_pinned", "mem_info", "memcpy", "memfill", "memory_connection", "on_shutdown", "platforms",
+    "plugins", "prefetch", "shutdown",
 ]

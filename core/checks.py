@@ -19,7 +19,7 @@ def as_int(value: Any, what: str) -> int:
     """``value`` through ``operator.index`` (numpy integers welcome); a bool, float or anything
     else is a ``TypeError`` naming ``what``."""
     if type(value) is int:
-        return value  # type: ignore[no-any-return]
+        return value
     if isinstance(value, bool):
         raise TypeError(f"{what} must be an integer, got {got(value)}")
     try:
@@ -31,15 +31,15 @@ def as_int(value: Any, what: str) -> int:
 def check_size(size: Any, what: str = "size", allow_zero: bool = False) -> int:
     """``size`` as an int in ``[1, 2**64)`` (``[0, ...)`` with ``allow_zero``): numpy integers are
     accepted, floats and other types are a ``TypeError``, out-of-range values ``INVALID_SIZE``."""
-    size = as_int(size, what)
-    if size <= 0 and not (allow_zero and size == 0):
-        raise InvalidSizeError(f"{what} must be {'non-negative' if allow_zero else 'positive'}, got {size}")
-    if size >= MAX_SIZE:
-        raise InvalidSizeError(f"{what} {size} is not below 2**64")
-    return size
+    n = as_int(size, what)
+    if n <= 0 and not (allow_zero and n == 0):
+        raise InvalidSizeError(f"{what} must be {'non-negative' if allow_zero else 'positive'}, got {n}")
+    if n >= MAX_SIZE:
+        raise InvalidSizeError(f"{what} {n} is not below 2**64")
+    return n
 
 
 def check_kind(kind: Any) -> AllocKind:
     if kind.__class__ is not AllocKind:
         raise TypeError(f"kind must be a pyoffload.AllocKind, got {kind!r}")
-    return kind  # type: ignore[no-any-return]
+    return kind

@@ -119,12 +119,12 @@ def _release_export(address: int) -> None:
         entry[1]()
 
 
-@_Deleter
+@_Deleter  # type: ignore[untyped-decorator]  # typeshed: a CFUNCTYPE takes Callable[..., Any]
 def _deleter(managed: Any) -> None:
     _release_export(ctypes.cast(managed, ctypes.c_void_p).value or 0)
 
 
-@_VersionedDeleter
+@_VersionedDeleter  # type: ignore[untyped-decorator]
 def _versioned_deleter(managed: Any) -> None:
     _release_export(ctypes.cast(managed, ctypes.c_void_p).value or 0)
 
@@ -132,7 +132,7 @@ def _versioned_deleter(managed: Any) -> None:
 def _capsule_destructor(versioned: bool) -> Any:
     name = b"dltensor_versioned" if versioned else b"dltensor"
 
-    @_CapsuleDestructor
+    @_CapsuleDestructor  # type: ignore[untyped-decorator]
     def destroy(capsule: int) -> None:
         with _exports_lock:
             _capsules.discard(capsule)
@@ -235,7 +235,7 @@ class Imported:
         if self.strides is None:
             return True
         expected = 1
-        for extent, stride in zip(reversed(self.shape), reversed(self.strides)):
+        for extent, stride in zip(reversed(self.shape), reversed(self.strides), strict=True):
             if extent != 1 and stride != expected:
                 return False
             expected *= extent

@@ -36,7 +36,8 @@ def lock(device: GenericDevice, buffer: Any, read_only: bool = False) -> int:
             over = pins.by_host.overlapping(addr, addr + size)
             if over:
                 b, e, _ = over[0]
-                raise InvalidArgumentError(f"lock: range 0x{addr:x}+{size} would extend the locked range 0x{b:x}+{e - b}")
+                raise InvalidArgumentError(
+                    f"lock: range 0x{addr:x}+{size} would extend the locked range 0x{b:x}+{e - b}")
             entry = _external_range(device, addr, size)
             if entry is None:
                 dev_ptr = device.disp.data_lock_impl(device.handle, addr, size)
@@ -78,7 +79,7 @@ def unlock(device: GenericDevice, buffer: Any) -> None:
         entry = pins.containing(addr, size)
         if entry is None:
             raise InvalidArgumentError(f"unlock: host range 0x{addr:x}+{size} is not locked for {device!r}")
-        for i, (a, n, _) in enumerate(entry.holds):
+        for i, (a, n, _) in enumerate(entry.holds):  # noqa: B007 - i: the hold deleted below
             if a == addr and n == size:
                 break
         else:

@@ -66,7 +66,8 @@ class Program:
         context.check_alive()
         context.check_device(device, "load_program")
         if isinstance(image, str):
-            raise TypeError(f"load_program takes the image's bytes, got {got(image)}; to build source, use Device.build_program")
+            raise TypeError(f"load_program takes the image's bytes, got {got(image)}; "
+                            "to build source, use Device.build_program")
         try:
             data = bytes(memoryview(image))  # our own copy: the caller's buffer need not outlive it
             # (through memoryview: bytes(42) would be 42 zero bytes, and a list of ints an image)

@@ -9,9 +9,10 @@ Teardown (``pyoffload.shutdown()`` and interpreter exit) runs in one order: the 
 ``on_shutdown`` callbacks (the runtime still fully usable), then programs (destructors) in reverse
 load order, queues, the allocation report, allocations and caches, pinned ranges, contexts, and
 each backend's ``deinit_impl``.  At interpreter exit it stops after the report: daemon threads may
-still be using memory and drivers, and the process's end reclaims them.  Objects take part through one small protocol, ``_teardown(at_exit)``,
-so this module imports none of them.  No lock is held while an object waits for its device or a
-callback runs; failures become :class:`~pyoffload.TeardownWarning`.
+still be using memory and drivers, and the process's end reclaims them.  Objects take part
+through one small protocol, ``teardown(at_exit)``, so this module imports none of them.  No lock
+is held while an object waits for its device or a callback runs; failures become
+:class:`~pyoffload.TeardownWarning`.
 
 After ``fork()`` the child inherits a runtime whose drivers, threads and locks belong to the
 parent: every use in the child is an error that says so (the parent's objects are never touched,
@@ -26,8 +27,8 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Callable
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
 
 from .addresses.intervals import RangeMap
 from .errors import Errc, InvalidHandleError, OffloadError, TeardownWarning, got
@@ -53,6 +54,15 @@ class Releasable(Protocol):
     def teardown(self, at_exit: bool) -> None: ...
 
 
+class Abandonable(Releasable, Protocol):
+    """Queues and contexts, which a forked child makes unusable without a driver call."""
+
+    def abandon(self) -> None: ...
+
+
+_Tracked = TypeVar("_Tracked", bound=Releasable)
+
+
 class Runtime:
     """All live state of one initialisation; a shutdown retires it.
 
@@ -68,9 +78,9 @@ class Runtime:
         self.reports = reports
         self.platforms: list[Any] = []  # pyoffload.Platform, filled in by the public layer
         self.devices: list[Any] = []  # pyoffload.Device, host device last
-        self.contexts: list[Releasable] = []
+        self.contexts: list[Abandonable] = []
         self.programs: dict[int, Releasable] = {}  # insertion order is load order
-        self.queues: dict[int, Releasable] = {}
+        self.queues: dict[int, Abandonable] = {}
         self.registry: RangeMap[Any] = RangeMap()  # every allocation (and global, foreign range)
         self.live_per_space: dict[str, int] = {}  # owned live allocations per backend (guarded by registry.lock)
         self.tracker = Tracker(settings.track_allocations)
@@ -86,12 +96,12 @@ class Runtime:
         if self.state is not LIVE:
             raise dead_runtime_error(self)
 
-    def track(self, table: dict[int, Releasable], obj: Releasable) -> None:
+    def track(self, table: dict[int, _Tracked], obj: _Tracked) -> None:
         with self.lock:
             self.check_alive()
             table[id(obj)] = obj
 
-    def untrack(self, table: dict[int, Releasable], obj: Releasable) -> None:
+    def untrack(self, table: dict[int, _Tracked], obj: _Tracked) -> None:
         with self.lock:
             table.pop(id(obj), None)
             self.epoch += 1
@@ -173,7 +183,7 @@ def warn_teardown(what: str, exc: BaseException) -> None:
     warnings.warn(f"pyoffload teardown: {what} failed: {exc!r}", TeardownWarning, stacklevel=3)
 
 
-def _release_all(items: list[Releasable], what: str, at_exit: bool) -> None:
+def _release_all(items: Sequence[Releasable], what: str, at_exit: bool) -> None:
     for obj in items:
         try:
             obj.teardown(at_exit)
@@ -317,7 +327,7 @@ def _after_fork_in_child() -> None:
         # Queues and contexts become unusable (``_abandon``) without a driver call: the drivers,
         # their threads and locks belong to the parent.
         for obj in [*rt.queues.values(), *rt.contexts]:
-            getattr(obj, "abandon")()
+            obj.abandon()
 
 
 atexit.register(_atexit_teardown)

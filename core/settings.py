@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from .errors import Errc, OffloadError
 
@@ -50,6 +50,12 @@ def flag(name: str, default: bool = False) -> bool:
     raise _bad(name, raw, "one of 1/true/yes/on or 0/false/no/off")
 
 
+@overload
+def integer(name: str, default: int, minimum: int = 0, maximum: int | None = None) -> int: ...
+@overload
+def integer(name: str, default: int | None, minimum: int = 0, maximum: int | None = None) -> int | None: ...
+
+
 def integer(name: str, default: int | None, minimum: int = 0, maximum: int | None = None) -> int | None:
     """An integer variable in ``[minimum, maximum]``: unset or empty gives ``default``."""
     raw = _raw(name)
@@ -74,6 +80,12 @@ def choice(name: str, choices: tuple[str, ...], default: str) -> str:
     if low not in choices:
         raise _bad(name, raw, "one of " + ", ".join(choices))
     return low
+
+
+@overload
+def text(name: str, default: str) -> str: ...
+@overload
+def text(name: str, default: str | None = None) -> str | None: ...
 
 
 def text(name: str, default: str | None = None) -> str | None:

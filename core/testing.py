@@ -102,7 +102,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 @pytest.fixture
 def images(device: Any) -> dict[str, bytes]:
-    imgs = device.disp.conformance_images_impl(device.handle)
+    imgs: dict[str, bytes] = device.disp.conformance_images_impl(device.handle)
     if not imgs:
         pytest.skip(f"backend {device.backend!r} provides no conformance images")
     return imgs

@@ -93,7 +93,8 @@ def uncount_device_export(a: Allocation) -> None:
         a.dl_exports -= 1
 
 
-def layout(alloc: Allocation, dt: np.dtype[Any], shape: Any, offset: Any, what: str) -> tuple[tuple[int, ...], int, int]:
+def layout(alloc: Allocation, dt: np.dtype[Any], shape: Any, offset: Any,
+           what: str) -> tuple[tuple[int, ...], int, int]:
     """``(dims, item count, offset)`` of a typed view of ``alloc``, checked to fit in it exactly."""
     offset = check_size(offset, f"{what} offset", allow_zero=True)
     if offset > alloc.size:
@@ -134,7 +135,8 @@ class TypedView:
 
     __slots__ = ("allocation", "dtype", "shape", "offset", "owner", "_device_export")
 
-    def __init__(self, allocation: Allocation, dtype: Any, shape: Any = None, offset: int = 0, owner: Any = None) -> None:
+    def __init__(self, allocation: Allocation, dtype: Any, shape: Any = None, offset: int = 0,
+                 owner: Any = None) -> None:
         if not allocation.live:
             raise InvalidArgumentError(f"typed: {allocation!r} was freed")
         dt = np.dtype(dtype)
@@ -184,8 +186,8 @@ class TypedView:
         count = 1
         for d in self.shape:
             count *= d
-        data = np.frombuffer(a, dtype=self.dtype, count=count, offset=self.offset)  # type: ignore[call-overload]
-        return data.reshape(self.shape).copy()  # type: ignore[no-any-return]
+        data = np.frombuffer(a, dtype=self.dtype, count=count, offset=self.offset)
+        return data.reshape(self.shape).copy()
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return dlpack_device(self.allocation)

@@ -84,7 +84,7 @@ def _through_pluggy(hook: pluggy.HookCaller) -> Callable[..., Any]:
     names = tuple(hook.spec.argnames) if hook.spec else ()
 
     def call(*a: Any) -> Any:
-        return hook(**dict(zip(names, a)))
+        return hook(**dict(zip(names, a, strict=False)))
 
     return call
 

@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import hashlib
 import io
+import itertools
 import platform
 import struct
 import sys
@@ -158,7 +159,8 @@ def _signatures(elf: Any, kernels: set[str]) -> dict[str, tuple[str, ...]]:
 # wild read, a wild write or a jump inside dlopen, i.e. a crash of the whole process rather than
 # an error.  So everything ld.so reads, writes or calls while it loads and unloads an image is
 # checked here first, with the same interpretation ld.so gives it (the last of duplicate dynamic
-# tags wins, reads go through the segments' memory, not the section headers).  What stays out of reach is the machine code itself: see docs/reliability.md.
+# tags wins, reads go through the segments' memory, not the section headers).  What stays out of
+# reach is the machine code itself: see docs/reliability.md.
 
 _EHDR_SIZE, _PHDR_SIZE, _SHDR_SIZE, _DYN_SIZE, _SYM_SIZE, _RELA_SIZE = 64, 56, 64, 16, 24, 24
 _U64 = (1 << 64) - 1
@@ -201,11 +203,12 @@ _RELOCS = {
     # R_X86_64_: NONE 64 PC32 GLOB_DAT JUMP_SLOT RELATIVE 32 32S DTPMOD64 DTPOFF64 TPOFF64 SIZE32
     # SIZE64 TLSDESC IRELATIVE (COPY is refused: it copies st_size bytes from another object).
     "EM_X86_64": _Relocs({0: 0, 1: 8, 2: 4, 6: 8, 7: 8, 8: 8, 10: 4, 11: 4, 16: 8, 17: 8, 18: 8, 32: 4, 33: 8,
-                          36: 16, 37: 8}, relative=8, irelative=37, jump_slot=7, tlsdesc=36, symbolic=frozenset({1, 6, 7}),
-                         got=frozenset({6, 7, 16, 17, 18, 36, 37})),
+                          36: 16, 37: 8}, relative=8, irelative=37, jump_slot=7, tlsdesc=36,
+                         symbolic=frozenset({1, 6, 7}), got=frozenset({6, 7, 16, 17, 18, 36, 37})),
     # R_AARCH64_: NONE ABS64 GLOB_DAT JUMP_SLOT RELATIVE TLS_DTPMOD TLS_DTPREL TLS_TPREL TLSDESC IRELATIVE
     "EM_AARCH64": _Relocs({0: 0, 257: 8, 1025: 8, 1026: 8, 1027: 8, 1028: 8, 1029: 8, 1030: 8, 1031: 16,
-                           1032: 8}, relative=1027, irelative=1032, jump_slot=1026, tlsdesc=1031, symbolic=frozenset({257, 1025, 1026}),
+                           1032: 8}, relative=1027, irelative=1032, jump_slot=1026, tlsdesc=1031,
+                          symbolic=frozenset({257, 1025, 1026}),
                           got=frozenset({1025, 1026, 1028, 1029, 1030, 1031, 1032})),
 }
 
@@ -324,7 +327,7 @@ def _segments(phdrs: list[Any]) -> tuple[list[Any], Any]:
         raise _bad("a PT_LOAD segment is not readable")
     # ld.so reserves the span from the first to the last PT_LOAD and maps each one at a fixed
     # place in it: a segment out of order would be mapped over whatever else lives there.
-    for prev, seg in zip(loads, loads[1:]):
+    for prev, seg in itertools.pairwise(loads):
         if seg["p_vaddr"] < prev["p_vaddr"] + prev["p_memsz"]:
             raise _bad(f"PT_LOAD at 0x{seg['p_vaddr']:x} overlaps or precedes the one at 0x{prev['p_vaddr']:x}")
     layout = _Layout(b"", loads)
@@ -379,7 +382,7 @@ def _table(layout: _Layout, tags: dict[int, int], addr_tag: int, size_tag: int, 
 
 def _symbol_count(layout: _Layout, tags: dict[int, int], fmt: str) -> int:
     """How many dynamic symbols the hash tables describe, with every bucket and chain in range."""
-    count = None
+    count: int | None = None
     if DT_HASH in tags:
         nbucket, nchain = struct.unpack(f"{fmt}II", layout.read(tags[DT_HASH], 8, "DT_HASH header"))
         if not nbucket:
@@ -637,7 +640,7 @@ def _relocations(layout: _Layout, tags: dict[int, int], fmt: str, nsyms: int, sy
     for addr_tag, size_tag, what in ((DT_INIT_ARRAY, DT_INIT_ARRAYSZ, "DT_INIT_ARRAY"),
                                      (DT_FINI_ARRAY, DT_FINI_ARRAYSZ, "DT_FINI_ARRAY")):
         raw = _table(layout, tags, addr_tag, size_tag, None, 8, what)
-        for i, (value,) in enumerate(struct.iter_unpack(f"{fmt}Q", raw)):
+        for i, _ in enumerate(struct.iter_unpack(f"{fmt}Q", raw)):
             slot = tags[addr_tag] + 8 * i
             layout.writable(slot, 8, what, textrel)  # relocated in place, as every pointer slot is
             target = targets.get(slot)
