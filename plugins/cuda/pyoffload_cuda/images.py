@@ -13,8 +13,12 @@ import enum
 import io
 import re
 import struct
+from typing import TYPE_CHECKING, cast
 
 from pyoffload.backend import InvalidBinaryError
+
+if TYPE_CHECKING:
+    from elftools.elf.sections import StringTableSection
 
 EM_CUDA = 190
 STO_CUDA_ENTRY = 0x10  # st_other flag of a cubin's kernel entry points (device functions lack it)
@@ -80,7 +84,7 @@ def cubin_symbols(image: bytes) -> ImageSymbols:
         symtab = elf.get_section_by_name(".symtab")
         if symtab is None:
             raise InvalidBinaryError("cubin has no symbol table")
-        strtab = elf.get_section(symtab["sh_link"])
+        strtab = cast("StringTableSection", elf.get_section(symtab["sh_link"]))  # sh_link of .symtab: its strings
         sections = [elf.get_section(i).name for i in range(elf.num_sections())]
         data = symtab.data()
         # The SM number moved from bits 0-7 to bits 8-15 of e_flags in ELF ABI version 8.

@@ -14,7 +14,7 @@ import ctypes
 import struct
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -42,6 +42,8 @@ HOOK_API = (1, 0)  # the version of pyoffload's hook contract this backend imple
 
 __all__ = ["HOOK_API"]
 
+_T = TypeVar("_T")
+
 INIT, FINI = "nvptx$device$init", "nvptx$device$fini"
 SHARED_ALIGN = 16  # each LocalMemory argument starts at a 16-byte aligned offset
 
@@ -65,7 +67,7 @@ class CudaDevice:
             return self.ctx
 
 
-def call(device: CudaDevice, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+def call(device: CudaDevice, what: str, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
     """``fn(*args, **kwargs)`` with the device's primary context current on this thread (pushed
     only where it is not current already), pycuda's exceptions turned into pyoffload errors.
     One Python frame: the enqueue hooks are hot paths."""
@@ -372,7 +374,8 @@ def kernel_attributes_impl(device: CudaDevice, kernel: CudaKernel) -> dict[str, 
     attr = device.cuda.function_attribute
     keys = {"max_work_group_size": attr.MAX_THREADS_PER_BLOCK, "local_memory_bytes": attr.SHARED_SIZE_BYTES,
             "private_memory_bytes": attr.LOCAL_SIZE_BYTES, "registers": attr.NUM_REGS}
-    found = {k: int(call(device, "reading kernel attributes", kernel.function.get_attribute, a)) for k, a in keys.items()}
+    found = {k: int(call(device, "reading kernel attributes", kernel.function.get_attribute, a))
+             for k, a in keys.items()}
     return {**found, "preferred_work_group_multiple": device.warp}
 
 
@@ -382,7 +385,8 @@ _CODES = {"ptr": "Q", "local": "Q", "i8": "b", "i16": "h", "i32": "i", "i64": "q
 
 
 @hookimpl
-def kernel_packer_impl(device: CudaDevice, kernel: CudaKernel, kinds: tuple[str, ...]) -> Callable[[tuple[Any, ...]], Any]:
+def kernel_packer_impl(device: CudaDevice, kernel: CudaKernel,
+                       kinds: tuple[str, ...]) -> Callable[[tuple[Any, ...]], Any]:
     """Pack a launch into ``(size, (parameter buffer,), dynamic shared bytes)``: the buffer is
     built with one ``struct.Struct`` per signature and handed to a pycuda Function prepared for a
     buffer of that size.  Each LocalMemory argument becomes its byte offset in the launch's

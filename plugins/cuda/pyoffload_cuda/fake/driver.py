@@ -42,12 +42,13 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 from pyoffload import settings
+from pyoffload.backend import InvalidBinaryError
 
-from ..images import ImageFormat, InvalidBinaryError, demangle, detect_format, fatbin_entries
+from ..images import ImageFormat, demangle, detect_format, fatbin_entries
 from . import kernels as emu
 from .images import FakeImage, param_bytes, param_offsets, read_cubin, read_ptx
 from .libcuda import FakeLibcuda
@@ -95,6 +96,12 @@ class _Flags:
     def __repr__(self) -> str:
         return f"<fake {self._name}>"
 
+    if TYPE_CHECKING:  # the flags, set from the keywords
+
+        def __getattr__(self, name: str) -> int: ...
+
+
+_Order = Literal["K", "A", "C", "F"]  # numpy's memory layouts, as pycuda's *_empty take them
 
 # The CUdevice_attribute values the plugin reads (same numbers as cuda.h).
 DEVICE_ATTRIBUTES = {
@@ -333,7 +340,7 @@ class FakeDriver:
         self.memory.add(region)
         return region
 
-    def _empty(self, routine: str, cls: type, shape: Any, dtype: Any, order: str, mem_flags: int,
+    def _empty(self, routine: str, cls: type, shape: Any, dtype: Any, order: _Order, mem_flags: int,
                kind: str) -> np.ndarray:
         with self.lock:
             ctx = self.current(routine)
@@ -341,13 +348,13 @@ class FakeDriver:
             count = int(np.prod(shape)) if not isinstance(shape, int) else shape
             nbytes = max(count * dt.itemsize, 1)
             region = self._host_region(routine, nbytes, kind, ctx, None)
-            holder = cls(region, mem_flags)
+            holder: _HostMemory = cls(region, mem_flags)
             return holder._array(shape, dt, order)
 
-    def pagelocked_empty(self, shape: Any, dtype: Any, order: str = "C", mem_flags: int = 0) -> np.ndarray:
+    def pagelocked_empty(self, shape: Any, dtype: Any, order: _Order = "C", mem_flags: int = 0) -> np.ndarray:
         return self._empty("cuMemHostAlloc", self.HostAllocation, shape, dtype, order, mem_flags, "host")
 
-    def managed_empty(self, shape: Any, dtype: Any, order: str = "C", mem_flags: int = 0) -> np.ndarray:
+    def managed_empty(self, shape: Any, dtype: Any, order: _Order = "C", mem_flags: int = 0) -> np.ndarray:
         return self._empty("cuMemAllocManaged", self.ManagedAllocation, shape, dtype, order, mem_flags, "managed")
 
     def register_host_memory(self, ary: Any, flags: int = 0) -> np.ndarray:
@@ -366,7 +373,7 @@ class FakeDriver:
                 self.violations.append(("array-base", "register_host_memory: the array has a base"))
                 raise SystemError("Cannot set the NumPy array 'base' dependency more than once")
             region = self._register(routine, ctx, int(ary.ctypes.data), int(ary.nbytes), ary)
-            holder = self.RegisteredHostMemory(region, flags)
+            holder: _HostMemory = self.RegisteredHostMemory(region, flags)
             return holder._array(ary.shape, ary.dtype, "C")
 
     def _register(self, routine: str, ctx: Any, base: int, size: int, keepalive: Any) -> Region:
@@ -548,7 +555,8 @@ class FakeDriver:
     def _check_cubin_arch(self, arch: str | None) -> None:
         sm = int(arch.removeprefix("sm_")) if arch else self.sm
         if sm // 10 != self.sm // 10 or sm > self.sm:
-            raise self.fail(self.RuntimeError, "cuModuleLoadDataEx", NO_BINARY, f"cubin for {arch}, device is sm_{self.sm}")
+            raise self.fail(self.RuntimeError, "cuModuleLoadDataEx", NO_BINARY,
+                            f"cubin for {arch}, device is sm_{self.sm}")
 
     def _check_ptx(self, syms: FakeImage) -> FakeImage:
         sm = int(syms.arch.removeprefix("sm_").rstrip("af")) if syms.arch else 0
@@ -682,7 +690,8 @@ class _Context:
         drv = self._drv
         drv._use("cuCtxPushCurrent")
         if not self.alive:
-            raise drv.fail(drv.LogicError, "cuCtxPushCurrent", INVALID_CONTEXT, f"{self!r} was released", "dead-context")
+            raise drv.fail(drv.LogicError, "cuCtxPushCurrent", INVALID_CONTEXT, f"{self!r} was released",
+                           "dead-context")
         drv._stack().append(self)
 
     @classmethod
@@ -691,7 +700,8 @@ class _Context:
         drv._use("cuCtxPopCurrent")
         stack = drv._stack()
         if not stack:
-            raise drv.fail(drv.LogicError, "context::pop", INVALID_CONTEXT, "cannot pop non-current context", "no-context")
+            raise drv.fail(drv.LogicError, "context::pop", INVALID_CONTEXT, "cannot pop non-current context",
+                           "no-context")
         stack.pop()
 
     @classmethod
@@ -732,7 +742,8 @@ class _Context:
         with drv.lock:
             drv._use("cuDevicePrimaryCtxRelease")
             if not self.alive or self.retains <= 0:
-                raise drv.fail(drv.LogicError, "cuDevicePrimaryCtxRelease", INVALID_CONTEXT, "not retained", "dead-context")
+                raise drv.fail(drv.LogicError, "cuDevicePrimaryCtxRelease", INVALID_CONTEXT, "not retained",
+                               "dead-context")
             if self in drv._stack():
                 raise drv.fail(drv.LogicError, "cuDevicePrimaryCtxRelease", INVALID_CONTEXT,
                                "released while current on this thread", "dead-context")
@@ -861,10 +872,12 @@ class _Event:
                                    "no-timing")
                 if ev._seq is None or not drv.completed(ev._seq) or ev._time is None:
                     raise drv.fail(drv.LogicError, routine, NOT_READY, "event not completed")
-            return (event._time - self._time) * 1000.0
+            elapsed: float = (event._time - self._time) * 1000.0
+            return elapsed
 
     def time_since(self, event: Any) -> float:
-        return event.time_till(self)
+        elapsed: float = event.time_till(self)
+        return elapsed
 
     def __del__(self) -> None:
         try:
@@ -915,7 +928,7 @@ class _HostMemory:
         self._flags = int(flags)
         self._valid = True
 
-    def _array(self, shape: Any, dtype: np.dtype, order: str) -> np.ndarray:
+    def _array(self, shape: Any, dtype: np.dtype, order: _Order) -> np.ndarray:
         shape = (shape,) if isinstance(shape, int) else tuple(shape)
         self.__array_interface__ = {"shape": shape, "typestr": dtype.str, "version": 3,
                                     "data": (self._region.base, False)}
@@ -982,7 +995,8 @@ class _Module:
         self._globals: dict[str, Region] = {}
         for name, init in symbols.globals.items():
             size = max(len(init), 1)
-            region = Region(address_space().take(size), len(init), "global", ctx, data=bytearray(init.ljust(size, b"\0")))
+            region = Region(address_space().take(size), len(init), "global", ctx,
+                            data=bytearray(init.ljust(size, b"\0")))
             drv.memory.add(region)
             self._globals[name] = region
         ctx.objects.add(self)
@@ -1067,8 +1081,9 @@ class _Function:
             ctx = drv.current(routine)
             drv._check_same(routine, self.module, ctx, f"kernel {self.name!r}")
             drv._stream_ctx(routine, stream, ctx)
-            grid3 = tuple(grid) + (1,) * (3 - len(grid))
-            block3 = tuple(block) + (1,) * (3 - len(block))
+            # Three long past the check below (zip strict refuses more than three dimensions).
+            grid3 = cast(tuple[int, int, int], tuple(grid) + (1,) * (3 - len(grid)))
+            block3 = cast(tuple[int, int, int], tuple(block) + (1,) * (3 - len(block)))
             if any(int(g) <= 0 or int(g) > m for g, m in zip(grid3, MAX_GRID, strict=True)) or any(
                 int(b) <= 0 or int(b) > m for b, m in zip(block3, MAX_BLOCK, strict=True)
             ) or block3[0] * block3[1] * block3[2] > MAX_THREADS_PER_BLOCK:

@@ -11,8 +11,12 @@ import dataclasses
 import io
 import re
 import struct
+from typing import TYPE_CHECKING, cast
 
 from ..images import PTX_ENTRY, PTX_VAR, ImageSymbols, cubin_symbols, ptx_symbols, ptx_text
+
+if TYPE_CHECKING:
+    from elftools.elf.sections import SymbolTableSection
 
 _PTX_TYPE_SIZES = {"b8": 1, "u8": 1, "s8": 1, "pred": 1, "b16": 2, "u16": 2, "s16": 2, "f16": 2, "bf16": 2,
                    "b32": 4, "u32": 4, "s32": 4, "f32": 4, "b64": 8, "u64": 8, "s64": 8, "f64": 8}
@@ -83,7 +87,7 @@ def read_cubin(image: bytes) -> FakeImage:
         info = elf.get_section_by_name(f".nv.info.{name}")
         kernels[name] = _kparam_sizes(info.data()) if info is not None else ()
     globals_: dict[str, bytes] = {}
-    symtab = elf.get_section_by_name(".symtab")
+    symtab = cast("SymbolTableSection", elf.get_section_by_name(".symtab"))  # cubin_symbols found it
     for sym in symtab.iter_symbols():
         if sym.name in syms.globals:
             section = elf.get_section(sym["st_shndx"])
@@ -115,7 +119,8 @@ def read_ptx(image: bytes) -> FakeImage:
     syms = ptx_symbols(image)
     text = ptx_text(image)
     kernels: dict[str, tuple[int, ...] | None] = {
-        m.group(1): tuple(_PTX_TYPE_SIZES.get(p.group(1), 0) * int(p.group(2) or 1) for p in _PARAM.finditer(m.group(2) or ""))
+        m.group(1): tuple(_PTX_TYPE_SIZES.get(p.group(1), 0) * int(p.group(2) or 1)
+                          for p in _PARAM.finditer(m.group(2) or ""))
         for m in PTX_ENTRY.finditer(text)}
     globals_: dict[str, bytes] = {}
     for _vec, type_name, name, _dims, init in PTX_VAR.findall(text):

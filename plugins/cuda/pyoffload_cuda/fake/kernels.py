@@ -65,7 +65,8 @@ def _threads(launch: Launch) -> int:
 
 
 def _i32(mem: Memory, addr: int) -> int:
-    return struct.unpack("<i", mem.read(addr, 4))[0]
+    value: int = struct.unpack("<i", mem.read(addr, 4))[0]
+    return value
 
 
 def noop(mem: Memory, launch: Launch) -> None:
@@ -169,7 +170,8 @@ EMULATIONS: dict[str, Callable[[Memory, Launch], None]] = {
 def duration(launch: Launch) -> float:
     """Seconds the kernel runs beyond a launch's fixed cost: sleep_spin spins 1 ns per iteration."""
     if launch.name == "sleep_spin" and len(launch.args) == 2 and len(launch.args[1]) == 8:
-        return max(0, struct.unpack("<q", launch.args[1])[0]) * 1e-9
+        spins: int = struct.unpack("<q", launch.args[1])[0]
+        return max(0, spins) * 1e-9
     return 0.0
 
 

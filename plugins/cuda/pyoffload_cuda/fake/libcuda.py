@@ -59,7 +59,8 @@ class FakeLibcuda:
         drv = self._drv
         region = drv.memory.find_live(_value(ptr))
         if region is None or region.kind != "registered" or region.base != _value(ptr):
-            drv.violations.append(("not-registered", f"cuMemHostUnregister: 0x{_value(ptr):x} is not a registered base"))
+            drv.violations.append(
+                ("not-registered", f"cuMemHostUnregister: 0x{_value(ptr):x} is not a registered base"))
             return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED
         return self._call("cuMemHostUnregister", lambda ctx: drv._release_region(region))
 
