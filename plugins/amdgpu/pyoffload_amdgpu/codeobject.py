@@ -13,13 +13,15 @@ from __future__ import annotations
 import dataclasses
 import io
 import struct
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 from pyoffload.backend import InvalidBinaryError, scalar_kind
 
 if TYPE_CHECKING:
     from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
+    from elftools.elf.segments import NoteSegment
 
 EM_AMDGPU = 224
 NT_AMDGPU_METADATA = 32
@@ -110,7 +112,8 @@ def arch_name(gcn_arch: str) -> str:
 def is_amdgpu_elf(image: bytes | memoryview) -> bool:
     """True if the bytes start like a 64-bit little-endian ELF for EM_AMDGPU."""
     head = bytes(image[:20])  # ELFCLASS64 (2), little endian (1), e_machine
-    return len(head) == 20 and head[:6] == ELF_MAGIC + b"\x02\x01" and struct.unpack_from("<H", head, 18)[0] == EM_AMDGPU
+    return (len(head) == 20 and head[:6] == ELF_MAGIC + b"\x02\x01"
+            and struct.unpack_from("<H", head, 18)[0] == EM_AMDGPU)
 
 
 def unwrap(image: bytes, arch: str = "") -> bytes:
@@ -184,7 +187,10 @@ def _metadata(elf: ELFFile) -> dict[str, Any]:
     for segment in elf.iter_segments():
         if segment["p_type"] != "PT_NOTE":
             continue
-        for note in segment.iter_notes():
+        # pyelftools makes a PT_NOTE segment a NoteSegment; its notes' n_type is the raw int where
+        # its enums do not name the type, as for AMDGPU's (its annotations say str).
+        notes: Iterator[Mapping[str, Any]] = cast("NoteSegment", segment).iter_notes()
+        for note in notes:
             if note["n_name"] == "AMDGPU" and note["n_type"] == NT_AMDGPU_METADATA:
                 desc = note["n_desc"]
                 raw = desc if isinstance(desc, bytes) else str(desc).encode("latin-1")
@@ -200,7 +206,8 @@ def _metadata(elf: ELFFile) -> dict[str, Any]:
 def _dynamic_symbols(elf: ELFFile) -> Sequence[Any]:
     # The loader resolves names through the dynamic symbol table; fall back to .symtab for
     # relocatable-looking images that lack one.
-    table = elf.get_section_by_name(".dynsym") or elf.get_section_by_name(".symtab")
+    table = cast("SymbolTableSection | None",
+                 elf.get_section_by_name(".dynsym") or elf.get_section_by_name(".symtab"))
     return list(table.iter_symbols()) if table is not None else []
 
 
@@ -214,7 +221,8 @@ def _kernels(elf: ELFFile, metadata: Mapping[str, Any]) -> dict[str, KernelInfo]
                      for a in entry.get(".args", []) if not str(a[".value_kind"]).startswith("hidden_"))
         name = str(entry[".name"])
         kernels[name] = KernelInfo(
-            name, args, int(entry.get(".group_segment_fixed_size", 0)), int(entry.get(".max_flat_workgroup_size", 1024)),
+            name, args, int(entry.get(".group_segment_fixed_size", 0)),
+            int(entry.get(".max_flat_workgroup_size", 1024)),
             int(entry.get(".private_segment_fixed_size", 0)), int(entry.get(".sgpr_count", 0)),
             int(entry.get(".vgpr_count", 0)), int(entry.get(".wavefront_size", 64)), str(entry.get(".kind", "normal")))
     # Code objects without metadata still name their kernels through descriptors.

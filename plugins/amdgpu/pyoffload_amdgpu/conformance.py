@@ -61,7 +61,7 @@ def build(cl_source: str, arch: str, tools: tuple[str, str] | None = None, optio
         return out.read_bytes()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _images(arch: str) -> dict[str, bytes]:
     return {program: build(source(program), arch) for program in PROGRAMS}
 

@@ -23,7 +23,8 @@ _ERROR_CLASSES: dict[str, type[OffloadError]] = {
     **dict.fromkeys(("hipErrorOutOfMemory", "hipErrorMemoryAllocation", "hipErrorLaunchOutOfResources"),
                     OutOfResourcesError),
     **dict.fromkeys(("hipErrorNotFound", "hipErrorInvalidSymbol", "hipErrorSharedObjectSymbolNotFound"), NotFoundError),
-    **dict.fromkeys(("hipErrorInvalidImage", "hipErrorInvalidKernelFile", "hipErrorNoBinaryForGpu"), InvalidBinaryError),
+    **dict.fromkeys(("hipErrorInvalidImage", "hipErrorInvalidKernelFile", "hipErrorNoBinaryForGpu"),
+                    InvalidBinaryError),
     **dict.fromkeys(("hipErrorNotSupported", "hipErrorPeerAccessUnsupported"), UnsupportedError),
     "hipErrorInvalidDevicePointer": InvalidArgumentError,
 }
@@ -103,7 +104,7 @@ def call(hip: Any, fn: Callable[..., Any], *args: Any, what: str | None = None) 
     result = fn(*args)
     err = result[0]
     if err:  # hipSuccess is 0
-        raise error_for(hip, err, what or getattr(fn, "__name__", "HIP call"))
+        raise error_for(hip, err, what if what else getattr(fn, "__name__", "HIP call"))
     values = result[1:]
     if not values:
         return None

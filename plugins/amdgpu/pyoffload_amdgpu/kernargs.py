@@ -58,11 +58,12 @@ def packer(info: KernelInfo, kinds: tuple[str, ...]) -> Callable[[tuple[Any, ...
     whose metadata names types pyoffload has no kind for, so the generic layer could not check).
     """
     layout = info.args if info.described else _natural(kinds)
-    if len(layout) != len(kinds) or any(struct.calcsize(_FORMATS[k]) != a.size for k, a in zip(kinds, layout)):
+    if len(layout) != len(kinds) or any(struct.calcsize(_FORMATS[k]) != a.size
+                                        for k, a in zip(kinds, layout, strict=True)):
         raise InvalidArgumentError(f"kernel {info.name!r} takes arguments of {[a.size for a in layout]} bytes, "
                                    f"not ({', '.join(kinds)})")
     fmt, end = "<", 0
-    for kind, arg in zip(kinds, layout):
+    for kind, arg in zip(kinds, layout, strict=True):
         fmt += "x" * (arg.offset - end) + _FORMATS[kind]
         end = arg.offset + arg.size
     pack_into = struct.Struct(fmt).pack_into
@@ -70,7 +71,7 @@ def packer(info: KernelInfo, kinds: tuple[str, ...]) -> Callable[[tuple[Any, ...
     class Frame(ctypes.Structure):
         _fields_ = [("extra", ctypes.c_void_p * 5), ("size", ctypes.c_size_t), ("data", ctypes.c_char * max(end, 1))]
 
-    data_at, size_at = Frame.data.offset, Frame.size.offset  # type: ignore[attr-defined]
+    data_at, size_at = Frame.data.offset, Frame.size.offset
     template = Frame()
     template.extra[0], template.extra[2], template.extra[4] = MARKERS
     template.size = end

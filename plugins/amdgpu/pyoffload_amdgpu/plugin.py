@@ -164,8 +164,9 @@ def device_info_impl(device: HipDevice) -> dict[str, Any]:
     return dict(device.info, dlpack_device_types={"DEVICE": 10, "HOST": 11, "MANAGED": 10})
 
 
-_NATIVE = {"device": lambda d: d.ordinal, "queue": lambda q: int(q.stream), "program": lambda p: p.module,
-           "kernel": lambda k: k.function}  # an event handle is the hipEvent_t itself
+_NATIVE: dict[str, Callable[[Any], Any]] = {
+    "device": lambda d: d.ordinal, "queue": lambda q: int(q.stream), "program": lambda p: p.module,
+    "kernel": lambda k: k.function}  # an event handle is the hipEvent_t itself
 
 
 @hookimpl

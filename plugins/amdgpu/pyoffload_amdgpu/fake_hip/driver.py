@@ -38,7 +38,7 @@ import os
 import threading
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from .. import codeobject
 from ..codeobject import CodeObject, KernelInfo
@@ -109,6 +109,25 @@ class FakeHip:
     hipMemoryAdvise = hipMemoryAdvise
     hipDeviceProp_t = hipDeviceProp_t
     hipPointerAttribute_t = hipPointerAttribute_t
+
+    # hip-python's module-level constants: set on each instance from CONSTANTS
+    HIP_LAUNCH_PARAM_BUFFER_POINTER: int
+    HIP_LAUNCH_PARAM_BUFFER_SIZE: int
+    HIP_LAUNCH_PARAM_END: int
+    hipCpuDeviceId: int
+    hipEventDefault: int
+    hipEventBlockingSync: int
+    hipEventDisableTiming: int
+    hipHostMallocDefault: int
+    hipHostMallocPortable: int
+    hipHostMallocMapped: int
+    hipHostRegisterDefault: int
+    hipHostRegisterPortable: int
+    hipHostRegisterMapped: int
+    hipMemAttachGlobal: int
+    hipMemAttachHost: int
+    hipStreamDefault: int
+    hipStreamNonBlocking: int
 
     instances: list[FakeHip] = []  # every fake made in this process, for end-of-run checks
 
@@ -723,12 +742,14 @@ class FakeHip:
                     self.HIP_LAUNCH_PARAM_END)
         if markers != expected:
             raise Fault(E.hipErrorInvalidValue, f"hipModuleLaunchKernel: bad extra markers {markers}")
-        size = ctypes.c_size_t.from_address(words[3]).value
+        # HIP follows the two pointers unchecked; a NULL one (None here) makes from_address a TypeError.
+        buffer_at, size_at = cast(int, words[1]), cast(int, words[3])
+        size = ctypes.c_size_t.from_address(size_at).value
         if size < kernarg_size:
             raise Fault(E.hipErrorInvalidValue,
                         f"hipModuleLaunchKernel({info.name}): kernarg buffer of {size} bytes, "
                         f"the kernel's explicit arguments need {kernarg_size}")
-        return (ctypes.c_char * size).from_address(words[1]).raw if size else b""
+        return (ctypes.c_char * size).from_address(buffer_at).raw if size else b""
 
     def hipModuleLaunchKernel(self, f: Any, gridDimX: int, gridDimY: int, gridDimZ: int,  # noqa: N803
                               blockDimX: int, blockDimY: int, blockDimZ: int, sharedMemBytes: int,

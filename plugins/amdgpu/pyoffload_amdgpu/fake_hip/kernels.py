@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, SupportsInt
 
 import numpy as np
 
@@ -104,7 +104,7 @@ def emulates(name: str, signature: tuple[str, ...]) -> Callable[[Emulation], Emu
     return register
 
 
-def _active(ctx: LaunchContext, n: int) -> int:
+def _active(ctx: LaunchContext, n: SupportsInt) -> int:
     """How many of the first ``n`` global ids the launch covers (the kernels ignore ids >= n)."""
     return max(0, min(int(n), ctx.global_size_x))
 
@@ -136,7 +136,8 @@ def _scalars(ctx: LaunchContext, out: int, *values: np.generic) -> None:
 
 
 @emulates("local_reverse", ("ptr", "ptr", "local", "i32", "i32"))
-def _local_reverse(ctx: LaunchContext, out: int, src: int, scratch: int, n: np.int32, block: np.int32) -> None:
+def _local_reverse(ctx: LaunchContext, out: int, src: int, scratch: int, n: np.int32 | int,
+                   block: np.int32 | int) -> None:
     n, block, size = int(n), int(block), ctx.block[0]
     for group in range(ctx.grid[0]):
         lds = ctx.lds_array(scratch, np.int32)
