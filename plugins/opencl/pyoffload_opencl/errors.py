@@ -36,7 +36,7 @@ def check_status(event: Any, what: str) -> bool:
     """Whether the command behind ``event`` completed; raise if it failed (negative status)."""
     import pyopencl as cl
 
-    status = event.get_info(cl.event_info.COMMAND_EXECUTION_STATUS)
+    status: int = event.get_info(cl.event_info.COMMAND_EXECUTION_STATUS)
     if status < 0:
         raise BackendError(f"{what}: an earlier command failed with OpenCL status {status}")
     return status == 0  # CL_COMPLETE

@@ -98,7 +98,7 @@ def packer(kinds: tuple[str, ...]) -> Callable[[tuple[Any, ...]], list[tuple[int
 
     def pack(values: tuple[Any, ...]) -> list[tuple[int, Any]]:
         out = []
-        for h, v in zip(how, values):
+        for h, v in zip(how, values, strict=False):
             if h == _BUF:
                 out.append((_BUF, v))
             elif h == _SVM:
