@@ -11,7 +11,10 @@ Every extension is optional: without a C compiler (or with ``PYOFFLOAD_COMPILE=0
 still succeeds and runs the same code interpreted (slower: see the README).
 """
 
+import filecmp
+import glob
 import os
+import shutil
 
 from setuptools import Extension, setup
 
@@ -24,6 +27,24 @@ COMPILED = [
     "core/memory.py",
 ]
 
+# Their declarations (Cython's "augmenting .pxd" files beside them): extension types and typed
+# fields when compiled; interpreted, the .py files run as they are.
+PXD = sorted(glob.glob("core/**/*.pxd", recursive=True))
+
+
+def pxd_include() -> str:
+    """A folder holding core/'s .pxd files as ``pyoffload/**.pxd``: Cython looks a module's .pxd up
+    under the module's full name (``pyoffload.pool``), and the package's folder is core/."""
+    root = os.path.join("build", "cython", "include")
+    for package in ("", "addresses"):  # Cython takes a folder for a package if it has __init__
+        os.makedirs(os.path.join(root, "pyoffload", package), exist_ok=True)
+        open(os.path.join(root, "pyoffload", package, "__init__.pxd"), "a").close()
+    for src in PXD:
+        dst = os.path.join(root, "pyoffload", os.path.relpath(src, "core"))
+        if not os.path.exists(dst) or not filecmp.cmp(src, dst, shallow=False):
+            shutil.copy2(src, dst)
+    return root
+
 
 def extensions() -> list[Extension]:
     if os.environ.get("PYOFFLOAD_COMPILE", "1") == "0":
@@ -34,10 +55,11 @@ def extensions() -> list[Extension]:
         from Cython.Build import cythonize
     except ImportError:  # a build without Cython: the modules run interpreted
         return exts
-    modules = [Extension("pyoffload." + path[len("core/"):-len(".py")].replace("/", "."), [path], optional=True)
+    modules = [Extension("pyoffload." + path[len("core/"):-len(".py")].replace("/", "."), [path], optional=True,
+                         depends=PXD)
                for path in COMPILED]
     return exts + cythonize(
-        modules, build_dir="build/cython", quiet=True,
+        modules, build_dir="build/cython", quiet=True, include_path=[pxd_include()],
         compiler_directives={
             "language_level": 3,
             "binding": True,  # functions keep their signatures, docstrings and introspection

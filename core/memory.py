@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import operator
+from functools import partial
 import weakref
 from typing import Any, NamedTuple
 
@@ -261,22 +262,25 @@ def allocate(ctx: GenericContext, device: GenericDevice | None, size: Any, kind:
                 f"alloc of {size} bytes exceeds the largest allocation of {device.id} ({limits.max_alloc} bytes)")
         exportable = kind is not AllocKind.DEVICE or device.host_memory
     registry = rt.registry
-    check_not_reentered(registry.lock, "alloc")
+    lock = registry.lock
+    check_not_reentered(lock, "alloc")
     pool = ctx.pools.get((id(device), id(kind))) or ctx.pool(device, kind)
     block = pool.take(size, queue)
+    ptr = block.ptr
+    tracker = rt.tracker
     alloc = _new(Allocation)
-    alloc.ptr, alloc.size, alloc.kind, alloc.device, alloc.context = block.ptr, size, kind, device, ctx
-    alloc.origin = origin() if rt.tracker.on else None
+    alloc.ptr, alloc.size, alloc.kind, alloc.device, alloc.context = ptr, size, kind, device, ctx
+    alloc.origin = origin() if tracker.on else None
     alloc.owned, alloc.owner, alloc.live, alloc.prepared = True, None, True, False
     alloc.pool_block, alloc.source_pool, alloc.users, alloc.dl_exports = block, pool, None, 0
     alloc.nbytes, alloc.exportable = size, exportable
     space = ctx.plugin.name
     try:
-        with registry.lock:
+        with lock:
             # A backend never hands out overlapping live blocks itself: ranges are checked for
             # overlap only while another backend has live memory too (address spaces can coincide).
             live = rt.live_per_space
-            clash = registry.insert_locked(block.ptr, block.ptr + size, alloc,
+            clash = registry.insert_locked(ptr, ptr + size, alloc,
                                            len(live) > 1 or bool(live) and space not in live)
             if not clash:
                 live[space] = live.get(space, 0) + 1
@@ -286,8 +290,8 @@ def allocate(ctx: GenericContext, device: GenericDevice | None, size: Any, kind:
         pool.give(alloc.pool_block)  # type: ignore[arg-type]
         raise
     ctx.owned_objects[id(alloc)] = alloc
-    if rt.tracker.on:
-        rt.tracker.allocated(alloc)
+    if tracker.on:
+        tracker.allocated(alloc)
     if _pending():
         run_deferred()
     return alloc
@@ -338,20 +342,32 @@ def register_external(rt: Runtime, ptr: int, size: int, kind: AllocKind, device:
 def unregister(rt: Runtime, alloc: Allocation) -> None:
     """Forget ``alloc`` (freed, released or torn down): it no longer resolves or exports."""
     with rt.registry.lock:
-        alloc.live = False
-        alloc.exportable = False
-        try:
-            rt.registry.remove_locked(alloc.ptr)
-        except KeyError:
-            return
-        if alloc.owned:
-            live = rt.live_per_space
-            space = alloc.context.backend
-            if live.get(space, 0) <= 1:
-                live.pop(space, None)
-            else:
-                live[space] -= 1
-        rt.epoch += 1
+        forgotten = _forget_locked(rt, alloc)
+    if forgotten:
+        _forgotten(rt, alloc)
+
+
+def _forget_locked(rt: Runtime, alloc: Allocation) -> bool:
+    """:func:`unregister`'s part under the registry's lock; ``False`` if it was not registered."""
+    alloc.live = False
+    alloc.exportable = False
+    try:
+        rt.registry.remove_locked(alloc.ptr)
+    except KeyError:
+        return False
+    if alloc.owned:
+        live = rt.live_per_space
+        space = alloc.context.plugin.name  # the backend's name, as allocate counts it
+        if live.get(space, 0) <= 1:
+            live.pop(space, None)
+        else:
+            live[space] -= 1
+    rt.epoch += 1
+    return True
+
+
+def _forgotten(rt: Runtime, alloc: Allocation) -> None:
+    """:func:`unregister`'s part after the registry's lock (the context's own dict is atomic)."""
     if alloc.owned:
         alloc.context.owned_objects.pop(id(alloc), None)
         if rt.tracker.on:
@@ -446,24 +462,28 @@ def claim(target: Any, what: str, kind: AllocKind | None = None) -> Allocation:
 
 
 def _claim(alloc: Allocation, what: str) -> None:
-    """Mark ``alloc`` freed unless it is exported or freed already.
+    """Mark ``alloc`` freed unless it is exported or freed already (see :func:`_claim_locked`)."""
+    with alloc.context.rt.registry.lock:
+        _claim_locked(alloc, what)
+
+
+def _claim_locked(alloc: Allocation, what: str) -> None:
+    """:func:`_claim` with the registry's lock held.
 
     Exports and a free meet through two fields: the buffer protocol (core/_buffer.c) counts an
     export, then checks ``exportable``; a free clears ``exportable``, then checks the count.  Each
     writes its own field before it reads the other's, so one of them sees the other: an export
     that slipped in is counted here, and one that comes later is refused.  DLPack exports count
     ``dl_exports`` under the registry's lock, as this does."""
-    rt = alloc.context.rt
-    with rt.registry.lock:
-        if not alloc.live:
-            raise InvalidArgumentError(f"{what}: double free of {alloc!r}{rt.tracker.history(alloc.ptr)}")
-        alloc.exportable = False
-        if alloc.export_count or alloc.dl_exports:
-            alloc.exportable = alloc.host_accessible
-            raise InvalidArgumentError(
-                f"{what}: {alloc!r} is still exported {alloc.exports} time(s) (memoryviews, arrays, views, DLPack); "
-                "release them first")
-        alloc.live = False
+    if not alloc.live:
+        raise InvalidArgumentError(f"{what}: double free of {alloc!r}{alloc.context.rt.tracker.history(alloc.ptr)}")
+    alloc.exportable = False
+    if alloc.export_count or alloc.dl_exports:
+        alloc.exportable = alloc.host_accessible
+        raise InvalidArgumentError(
+            f"{what}: {alloc!r} is still exported {alloc.exports} time(s) (memoryviews, arrays, views, DLPack); "
+            "release them first")
+    alloc.live = False
 
 
 def unclaim(alloc: Allocation) -> None:
@@ -484,15 +504,20 @@ def free(target: Allocation | int, kind: AllocKind | None = None) -> None:
     """
     rt = _runtime.CURRENT
     if rt is not None and held_by_me(rt.registry.lock):
-        defer(lambda: free(target, kind))
+        defer(partial(free, target, kind))  # a partial, not a closure: free compiles to a C function
         return
     alloc = resolve(target, "free", kind)
     pool = alloc.source_pool
     if pool is not None and held_by_me(pool.lock):
-        defer(lambda: free(alloc, kind))
+        defer(partial(free, alloc, kind))
         return
-    _claim(alloc, "free")
-    users = alloc.users
+    # The common case, memory no queued work uses, is one section of the registry's lock: claim
+    # it and forget it (``users`` is read after the claim, as a waiting free reads it).
+    rt = alloc.context.rt
+    with rt.registry.lock:
+        _claim_locked(alloc, "free")
+        users = alloc.users
+        forgotten = False if users else _forget_locked(rt, alloc)
     if users:
         try:
             if _wait_or_defer(alloc, users):
@@ -500,7 +525,14 @@ def free(target: Allocation | int, kind: AllocKind | None = None) -> None:
         except BaseException:
             unclaim(alloc)
             raise
-    release(alloc)
+        release(alloc)
+    else:
+        alloc.users = None
+        if forgotten:
+            _forgotten(rt, alloc)
+        block = alloc.pool_block
+        if block is not None and pool is not None:
+            pool.give(block)
     if _pending():
         run_deferred()
 
