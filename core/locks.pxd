@@ -3,3 +3,4 @@
 
 cpdef bint held_by_me(lock) except -1
 cpdef check_not_reentered(lock, what)
+cpdef Py_ssize_t pending() except -1

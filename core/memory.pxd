@@ -4,6 +4,7 @@
 cimport cython
 
 from pyoffload.locks cimport check_not_reentered, held_by_me
+from pyoffload.locks cimport pending as _pending
 from pyoffload.pool cimport Block, CachingAllocator
 
 

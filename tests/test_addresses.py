@@ -181,7 +181,7 @@ def test_finding_a_base_address_takes_no_lock():
     m: RangeMap[str] = RangeMap()
     m.insert(4096, 8192, "a")
     found: list[Any] = []
-    with m._lock:  # as if another thread were inside an update
+    with m.lock:  # as if another thread were inside an update
         t = threading.Thread(target=lambda: found.append(m.find(4096)), daemon=True)
         t.start()
         t.join(5)
@@ -370,14 +370,14 @@ def test_clear_and_reset_lock():
     m.find(1)
     m.remove(0)
     m.insert(1 << 40, (1 << 40) + 1, -1)  # pending: not yet in the index
-    lock = m._lock
+    lock = m.lock
     m.clear()
     assert len(m) == 0 and not m and m.find(2) is None and m.find(1 << 40) is None
     assert m._index.blocks() == [] and m._index.maxes() == [] and not m._to_add and not m._to_remove
     lock.acquire()  # a lock left held (as after fork) must not block the map once replaced
     try:
         m.reset_lock()
-        assert m._lock is not lock
+        assert m.lock is not lock
         assert m.insert(4, 8, 1) == [] and m.find(5) == (4, 8, 1)
     finally:
         lock.release()

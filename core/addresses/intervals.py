@@ -37,20 +37,15 @@ __all__ = ["LOAD", "RangeMap"]
 class RangeMap(Generic[V]):
     """``[base, end) -> value`` for non-overlapping ranges."""
 
-    __slots__ = ("_entries", "_index", "_to_add", "_to_remove", "_lock")
+    __slots__ = ("_entries", "_index", "_to_add", "_to_remove", "lock")
 
     def __init__(self) -> None:
-        self._lock = allocator_lock()
-        # -- guarded by _lock (single reads of _entries excepted, see the module) ---------------
+        self.lock: AllocatorLock = allocator_lock()  # guards the map (a plain field: read on every alloc and free)
+        # -- guarded by lock (single reads of _entries excepted, see the module) ---------------
         self._entries: dict[int, tuple[int, V]] = {}
         self._index = SortedIndex()  # the bases, sorted (blocks of at most 2 * LOAD)
         self._to_add: set[int] = set()  # in _entries, not yet in the index
         self._to_remove: set[int] = set()  # in the index, no longer in _entries
-
-    @property
-    def lock(self) -> AllocatorLock:
-        """The lock that guards the map."""
-        return self._lock
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -60,7 +55,7 @@ class RangeMap(Generic[V]):
 
     def items(self) -> list[tuple[int, int, V]]:
         """A snapshot of every entry, by base address."""
-        with self._lock:
+        with self.lock:
             entries = list(self._entries.items())
         return [(base, end, value) for base, (end, value) in sorted(entries, key=lambda e: e[0])]
 
@@ -90,7 +85,7 @@ class RangeMap(Generic[V]):
         hit = self._entries.get(addr)
         if hit is not None:  # the common case: a base address (one atomic dict read)
             return addr, hit[0], hit[1]
-        with self._lock:
+        with self.lock:
             if self._to_add or self._to_remove:
                 self._sync()
             base = self._index.floor(addr)
@@ -101,7 +96,7 @@ class RangeMap(Generic[V]):
 
     def overlapping(self, base: int, end: int) -> list[tuple[int, int, V]]:
         """Entries that intersect ``[base, end)``, by base address."""
-        with self._lock:
+        with self.lock:
             return self._overlapping(base, end)
 
     def _overlapping(self, base: int, end: int) -> list[tuple[int, int, V]]:
@@ -122,7 +117,7 @@ class RangeMap(Generic[V]):
         when inserted).  ``check=False`` skips the overlap search (only a base clash is checked):
         for callers that know their ranges cannot overlap.  ``base`` is an address: ``0 <= base <
         2**64`` (``ValueError`` otherwise)."""
-        with self._lock:
+        with self.lock:
             return self.insert_locked(base, end, value, check)
 
     def insert_locked(self, base: int, end: int, value: V, check: bool = True) -> list[tuple[int, int, V]]:
@@ -145,7 +140,7 @@ class RangeMap(Generic[V]):
 
     def remove(self, base: int) -> V:
         """Remove the entry at ``base`` and return its value; ``KeyError`` if there is none."""
-        with self._lock:
+        with self.lock:
             return self.remove_locked(base)
 
     def remove_locked(self, base: int) -> V:
@@ -159,7 +154,7 @@ class RangeMap(Generic[V]):
         return value
 
     def clear(self) -> None:
-        with self._lock:
+        with self.lock:
             self._entries.clear()
             self._index.clear()
             self._to_add.clear()
@@ -167,4 +162,4 @@ class RangeMap(Generic[V]):
 
     def reset_lock(self) -> None:
         """A fresh lock, for a child process after ``fork`` (the parent's may be held)."""
-        self._lock = allocator_lock()
+        self.lock = allocator_lock()

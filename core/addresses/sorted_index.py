@@ -7,7 +7,7 @@ Python: compiled where a compiler is available (``setup.py``), interpreted other
 
 Every mutation leaves the structure whole if it fails half-way (a ``MemoryError`` while a block is
 split, a ``KeyboardInterrupt``): the new block is made and linked before the old one is cut.
-Not thread-safe by itself: its owner's lock guards it (``RangeMap._lock``).
+Not thread-safe by itself: its owner's lock guards it (``RangeMap.lock``).
 """
 
 from __future__ import annotations
