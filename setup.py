@@ -56,7 +56,7 @@ def extensions() -> list[Extension]:
     except ImportError:  # a build without Cython: the modules run interpreted
         return exts
     modules = [Extension("pyoffload." + path[len("core/"):-len(".py")].replace("/", "."), [path], optional=True,
-                         depends=PXD)
+                         depends=PXD + ["core/_buffer.h"], include_dirs=["core"])  # memory.pxd extends _buffer's type
                for path in COMPILED]
     return exts + cythonize(
         modules, build_dir="build/cython", quiet=True, include_path=[pxd_include()],

@@ -3,23 +3,39 @@
 
 cimport cython
 
+from pyoffload cimport bufferbase
 from pyoffload.locks cimport check_not_reentered, held_by_me
 from pyoffload.locks cimport pending as _pending
 from pyoffload.pool cimport Block, CachingAllocator
 
 
-@cython.locals(pool=CachingAllocator, block=Block, exportable=bint, clash=list, live=dict)
+cdef class Allocation(bufferbase.BufferBase):
+    cdef public object size
+    cdef public object kind
+    cdef public object device
+    cdef public object context
+    cdef public object origin
+    cdef public bint owned
+    cdef public object owner
+    cdef public bint live
+    cdef public Block pool_block
+    cdef public CachingAllocator source_pool
+    cdef public object users
+    cdef public Py_ssize_t dl_exports
+    cdef public bint prepared
+    cdef object __weakref__
+
+
+@cython.locals(alloc=Allocation, pool=CachingAllocator, block=Block, exportable=bint, clash=list, live=dict)
 cpdef allocate(ctx, device, size, kind, queue=*)
 
-@cython.locals(pool=CachingAllocator, block=Block, users=object, forgotten=bint)
-cpdef free(target, kind=*)
+@cython.locals(alloc=Allocation, pool=CachingAllocator, block=Block, users=object, forgotten=bint)
+cpdef _free(target, kind)
 
 cpdef resolve(target, what, kind=*)
 cpdef _claim(alloc, what)
-cpdef _claim_locked(alloc, what)
-cpdef bint _forget_locked(rt, alloc) except -1
-cpdef _forgotten(rt, alloc)
+cpdef _claim_locked(Allocation alloc, what)
+cpdef bint _forget_locked(rt, Allocation alloc) except -1
+cpdef _forgotten(rt, Allocation alloc)
 cpdef unregister(rt, alloc)
 
-@cython.locals(block=Block, pool=CachingAllocator)
-cpdef release(alloc, queue=*, seq=*)

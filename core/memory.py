@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import dlpack
-from .bufferbase import BufferBase
+from . import bufferbase  # compiled, its .pxd is cimported too: Allocation extends the C type
 from .context import GenericContext
 from .device import GenericDevice
 from .enums import AllocKind
@@ -48,11 +48,11 @@ from .runtime import CLOSING, LIVE, Runtime, active, dead_runtime_error, warn_te
 from .tracking import origin
 
 _COLLISION_RETRIES = 8
+_new = bufferbase.BufferBase.__new__  # for host views (Allocation.__new__ makes allocations)
 _HOST, _DEVICE = AllocKind.HOST, AllocKind.DEVICE  # an Enum member read from its class costs ~60 ns
-_new = BufferBase.__new__
 
 
-class Allocation(BufferBase):
+class Allocation(bufferbase.BufferBase):
     """A block of memory: from ``Context.alloc`` / ``Device.alloc`` / ``Queue.alloc_async``, or an
     external range (a program's global, memory imported with ``from_dlpack`` or ``from_native``).
 
@@ -269,7 +269,7 @@ def allocate(ctx: GenericContext, device: GenericDevice | None, size: Any, kind:
     block = pool.take(size, queue)
     ptr = block.ptr
     tracker = rt.tracker
-    alloc = _new(Allocation)
+    alloc = Allocation.__new__(Allocation)
     alloc.ptr, alloc.size, alloc.kind, alloc.device, alloc.context = ptr, size, kind, device, ctx
     alloc.origin = origin() if tracker.on else None
     alloc.owned, alloc.owner, alloc.live, alloc.prepared = True, None, True, False
@@ -328,7 +328,7 @@ def register_external(rt: Runtime, ptr: int, size: int, kind: AllocKind, device:
     """Record memory pyoffload did not allocate (a global, a foreign buffer): ``mem_info``, copies
     and launches resolve it; ``free`` refuses it.  ``owner`` is kept alive while it is recorded."""
     size = check_size(size)
-    alloc = _new(Allocation)
+    alloc = Allocation.__new__(Allocation)
     alloc.ptr, alloc.size, alloc.kind, alloc.device, alloc.context = ptr, size, kind, device, ctx
     alloc.origin, alloc.owned, alloc.owner, alloc.live, alloc.prepared = None, False, owner, True, False
     alloc.pool_block, alloc.source_pool, alloc.users, alloc.dl_exports = None, None, None, 0
@@ -503,9 +503,15 @@ def free(target: Allocation | int, kind: AllocKind | None = None) -> None:
     garbage collection ran while this thread was inside an allocation or free, the free is
     deferred until that one is done (:mod:`pyoffload.locks`).
     """
+    _free(target, kind)
+
+
+def _free(target: Allocation | int, kind: AllocKind | None) -> None:
+    """:func:`free`'s body (compiled, a module function may not share a name with a method of the
+    extension type Allocation)."""
     rt = _runtime.CURRENT
     if rt is not None and held_by_me(rt.registry.lock):
-        defer(partial(free, target, kind))  # a partial, not a closure: free compiles to a C function
+        defer(partial(free, target, kind))  # a partial: Cython compiles no closure in a C function
         return
     alloc = resolve(target, "free", kind)
     pool = alloc.source_pool
