@@ -15,10 +15,8 @@ queue has passed the operations that use the memory.
 
 from __future__ import annotations
 
-import collections
 import operator
 from functools import partial
-import weakref
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -193,7 +191,8 @@ class Allocation(bufferbase.BufferBase):
             return
         if self.export_count or self.dl_exports:
             if not at_exit:
-                warn_teardown(f"freeing {self!r}", RuntimeError("its memory is still exported: leaked rather than left dangling"))
+                warn_teardown(f"freeing {self!r}",
+                              RuntimeError("its memory is still exported: leaked rather than left dangling"))
             return
         if not self.owned:
             unregister(self.context.rt, self)

@@ -22,7 +22,7 @@ and use the ``*_locked`` methods.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from .sorted_index import LOAD, SortedIndex
 from ..locks import AllocatorLock, allocator_lock
