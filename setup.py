@@ -49,8 +49,7 @@ def pxd_include() -> str:
 def extensions() -> list[Extension]:
     if os.environ.get("PYOFFLOAD_COMPILE", "1") == "0":
         return []
-    exts = [Extension("pyoffload._buffer", sources=["core/_buffer.c"], optional=True),
-            Extension("pyoffload._launch", sources=["core/_launch.c"], depends=["core/_gcfields.h"])]
+    exts = [Extension("pyoffload._buffer", sources=["core/_buffer.c"], optional=True)]
     try:
         from Cython.Build import cythonize
     except ImportError:  # a build without Cython: the modules run interpreted

@@ -1,11 +1,11 @@
-"""Queues, events and prepared launches: the public face of :class:`~pyoffload.queue_core.QueueCore`.
+"""The public queue: :class:`Queue` (launches, copies, stream-ordered memory), :class:`Event`
+and :class:`PreparedLaunch`, over the in-flight ledger of :mod:`.queue_core`.
 
 A launch is one cheap call: the arguments go through the kernel's cached binder (:mod:`.launch`),
-then, under the queue's lock, the launch records itself as a user of its program and of every
-allocation it passes (so that ``unload`` and ``free`` wait for it) *before* it checks that they
-are still alive, and is handed to the backend.  An unload or free that starts concurrently either
-sees the recorded use and waits for it, or the launch sees the object gone and fails: never a
-launch of freed memory or unloaded code.  No event is created unless something needs one.
+then the queue's launch hand-over (``QueueCore.enqueue_launch``): under the queue's lock the launch
+records itself as a user of its program and of every allocation it passes (so that ``unload`` and
+``free`` wait for it) *before* it checks that they are still alive, and is handed to the backend.
+No driver event is created unless something needs one.
 """
 
 from __future__ import annotations
@@ -17,19 +17,18 @@ from typing import Any
 from .context import GenericContext
 from .device import GenericDevice
 from .enums import AllocKind
-from ._launch import EventBase, PreparedBase, configure
-from .errors import InvalidArgumentError, OffloadError, got
+from .errors import InvalidArgumentError, got
 from .launch import Binder, binder, dimensions
 from .memory import Allocation, allocate, claim, release, unclaim
-from .program import LOADED, Kernel, Program
+from .program import Kernel, Program
 from .queue_core import Marker, QueueCore, waiter
 from .transfer import memcpy, memfill
-
-_new = EventBase.__new__
 
 
 class Queue(QueueCore):
     """An in-order queue on one device.  Operations return :class:`Event` objects."""
+
+    __slots__ = ("_dims",)  # a cache of checked dimensions: see _checked_dims
 
     teardown_rank = 1
 
@@ -68,8 +67,7 @@ class Queue(QueueCore):
     def event_for(self, seq: int, marker: Marker | None = None) -> Event:
         if marker is None and self.profiling and seq:
             marker = self.claim_marker(seq)
-        ev = _new(Event)
-        ev.queue, ev.seq, ev.marker = self, seq, marker
+        ev = Event(self, seq, marker)
         if marker is not None:
             weakref.finalize(ev, self.release_marker, marker)
         return ev
@@ -93,7 +91,7 @@ class Queue(QueueCore):
         """Make later work on this queue wait for operation ``seq`` of each ``(queue, seq)``:
         through the backend (a marker) for queues of this backend and platform, else through a
         waiter on the queue's helper thread (the backend's wait takes only its own events)."""
-        native: list[tuple[QueueCore, Marker]] = []
+        native: list[tuple[QueueCore, int, Marker]] = []
         foreign: list[Callable[[], None]] = []
         try:
             for source, seq in operations:
@@ -102,13 +100,13 @@ class Queue(QueueCore):
                 if source.device.plugin is self.device.plugin and source.device.platform is self.device.platform:
                     marker = source.marker_for(seq)
                     if marker is not None:
-                        native.append((source, marker))
+                        native.append((source, seq, marker))
                 else:
                     foreign.append(waiter(source, seq))
             if native or foreign:
                 self.wait_on(native, foreign)
         finally:
-            for held, marker in native:
+            for held, _, marker in native:
                 held.unpin(marker)
 
     # -- synchronisation ----------------------------------------------------------------------
@@ -117,8 +115,8 @@ class Queue(QueueCore):
         """Block until everything enqueued so far has completed; raise a failure (a host
         function's error) once.  Waiting on a queue from one of its own host functions is an
         ``INVALID_QUEUE`` error."""
-        if self.seq > self.done or self.unchecked or self._unreported or not self.live:
-            self.synchronize()  # an idle queue, the common case of a wait in a loop, is one frame
+        if self.seq > self.done or self._unreported or not self.live:
+            self.synchronize()
 
     def destroy(self) -> None:
         """Wait for outstanding work and release the queue; using it afterwards is an error."""
@@ -158,8 +156,9 @@ class Queue(QueueCore):
         prog = kernel.program
         if prog.device is not self.device or prog.context is not self.context:
             raise self._foreign_kernel("launch", kernel)
-        return self.enqueue_launch(prog, allocs, self.disp.raw.launch_impl,  # type: ignore[no-any-return]
-                                   (self.dh, self.handle, kernel.handle, g, b, packed))
+        seq = self.enqueue_launch(prog, allocs, self.disp.raw.launch_impl,
+                                  (self.dh, self.handle, kernel.handle, g, b, packed))
+        return self.event_for(seq)
 
     def _foreign_kernel(self, what: str, kernel: Kernel) -> InvalidArgumentError:
         prog = kernel.program
@@ -248,7 +247,7 @@ class Queue(QueueCore):
         return f"<pyoffload.Queue on {self.device.id}{'' if self.live else ' destroyed'}>"
 
 
-class PreparedLaunch(PreparedBase):
+class PreparedLaunch:
     """A launch checked and bound once (``Queue.prepare``); ``launch()`` or ``()`` enqueues it.
 
     The backend's prepared function is called directly when no wrapper plugin is registered;
@@ -256,11 +255,17 @@ class PreparedLaunch(PreparedBase):
     The checks (queue live, program loaded, bound allocations live, wrappers unchanged) are
     repeated only when the runtime's epoch moved: anything that could invalidate them (a free of
     memory a prepared launch uses, an unload, a queue destroyed, a wrapper added or removed,
-    shutdown) moves it.  The call itself is C (``PreparedBase``, core/_launch.c): the epoch
-    compare, then ``Queue.enqueue_launch``.
+    shutdown) moves it.  The launch itself is the queue's hand-over (``enqueue_launch``), which
+    checks liveness again under the queue's lock.
     """
 
-    __slots__ = ()
+    __slots__ = (
+        # set once by __init__, then read-only
+        "queue", "kernel", "_program", "grid", "block", "args", "_allocs", "_fast", "_binder",
+        # (epoch, function one launch calls): replaced as a whole by _revalidate, read without a
+        # lock (a tuple is published in one store: readers see an old pair or the new one)
+        "_checked",
+    )
 
     def __init__(self, queue: Queue, kernel: Kernel, grid: tuple[int, int, int], block: tuple[int, int, int],
                  args: Any, allocs: tuple[Allocation, ...], fast: Callable[[], None] | None, bind: Binder) -> None:
@@ -275,14 +280,23 @@ class PreparedLaunch(PreparedBase):
             a.prepared = True  # its free moves the epoch (the fast path of free moves it only then)
         self._fast = fast
         self._binder = bind
-        self._epoch = -1
-        self._call = self._through_hook
+        self._checked: tuple[int, Callable[[], None]] = (-1, self._through_hook)
+
+    def __call__(self) -> Event:
+        """Enqueue the launch again; its Event."""
+        q = self.queue
+        epoch, call = self._checked
+        if epoch != q.rt.epoch:
+            call = self._revalidate()
+        return q.event_for(q.enqueue_launch(self._program, self._allocs, call, ()))
+
+    launch = __call__
 
     def _through_hook(self) -> None:
         q = self.queue
         q.disp.launch_impl(q.dh, q.handle, self.kernel.handle, self.grid, self.block, self.args)
 
-    def _revalidate(self) -> None:
+    def _revalidate(self) -> Callable[[], None]:
         q = self.queue
         epoch = q.rt.epoch
         q.check_live()
@@ -290,11 +304,12 @@ class PreparedLaunch(PreparedBase):
         for a in self._allocs:
             if not a.live:
                 raise InvalidArgumentError(f"prepared launch of {self.kernel.name!r}: {a!r} was freed")
-        self._call = self._fast if self._fast is not None and q.disp.direct else self._through_hook
-        self._epoch = epoch
+        call = self._fast if self._fast is not None and q.disp.direct else self._through_hook
+        self._checked = (epoch, call)
+        return call
 
 
-class Event(EventBase):
+class Event:
     """The completion of one enqueued operation.
 
     ``wait()`` blocks until it has completed (and raises if it was a host function that failed);
@@ -304,16 +319,18 @@ class Event(EventBase):
     ``Queue.record()`` events, and every event of a profiling queue, are exact.
     """
 
-    __slots__ = ("__weakref__",)  # queue, seq, marker: C members of EventBase (core/_launch.c)
+    # set once by __init__, then read-only
+    __slots__ = ("queue", "seq", "marker", "__weakref__")
 
-    queue: Queue
-    seq: int
-    marker: Marker | None
+    def __init__(self, queue: Queue, seq: int, marker: Marker | None = None) -> None:
+        self.queue = queue
+        self.seq = seq  # the operation's sequence number in its queue
+        self.marker = marker  # the operation's own driver event (a timestamp), or None
 
     def wait(self) -> None:
         """Block until the operation has completed; re-raise a host function's error."""
         q = self.queue
-        if self.seq > q.done or q.failures or q.failed_work or q.unchecked:
+        if self.seq > q.done or q.failures or q.failed_work:
             q.wait_for(self.seq)
 
     @property
@@ -346,5 +363,3 @@ class Event(EventBase):
         state = "complete" if self.seq <= self.queue.done else "pending"
         return f"<pyoffload.Event #{self.seq} on {self.queue.device.id} {state}>"
 
-
-configure(Event, LOADED, OffloadError, InvalidArgumentError)

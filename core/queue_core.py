@@ -1,8 +1,7 @@
-"""An in-order queue as the generic layer runs it: the backend's queue and the ledger of its
-in-flight operations.
+"""The in-flight ledger: a backend queue on one device, the order of the operations enqueued on it,
+and what the generic layer must remember about those still running.
 
-Every operation enqueued on a queue gets the next sequence number.  The ledger records what the
-generic layer needs to know about operations still in flight, and nothing more:
+Every operation enqueued on a queue gets the next sequence number.  The ledger records:
 
 * ``done``: every operation up to this number has completed (as far as anyone has observed);
 * markers: backend events recorded *only when something needs to observe completion* (the user
@@ -13,18 +12,32 @@ generic layer needs to know about operations still in flight, and nothing more:
   run once it has completed (a free that could not wait), released and run when ``done`` passes
   them — by whoever observes it: a wait on any event, a query, or a later operation.
 
-Waiting for operation ``n`` waits on the first marker at or after ``n`` (recording one if there is
-none), or synchronises the queue when ``n`` is the newest operation.  Either way a wait is bounded
-by what was enqueued before it started, so another thread that keeps feeding the queue cannot make
-a waiter wait forever.
+**A wait waits for its point only.**  Waiting for operation ``n`` waits on a marker: the first one
+at or after ``n``, or one recorded now after the newest operation.  Operations that depend on
+something outside the queue — host functions and waits on other queues' events — get a marker
+recorded right before them (a *fence*) whenever earlier work is still running.  So the marker a
+wait uses never lies beyond such a dependency: a wait for ``n`` may also wait for kernels and
+copies enqueued after ``n`` (they complete on their own), never for a host function or a
+cross-queue wait enqueued after ``n``, which could be waiting for the waiter itself (issue 22,
+finding 11: the OpenCL queue's helper waited for a whole host queue, whose later host function
+waited for that OpenCL queue).  The whole backend queue is synchronised in one place only, the
+synchronous operation of :meth:`QueueCore.run_now`, and only while the backend queue can hold
+nothing but independent work (``_dependent``, ``_syncs``).
 
 Host functions and host-side dependencies (waits on events of other backends) are native where
 the backend offers them; otherwise the queue enters *backlog* mode: later operations get their
 sequence numbers at once but are handed to the backend by a helper thread of this queue, in order,
 once the host function has run or the dependency has completed.  Enqueueing never blocks.
 
-Locks: ``_lock`` serialises enqueues (backend enqueue hooks are called under it and must not
-block) and guards the ledger.  It is never held while waiting on the device or running user code.
+Locks.  ``QueueCore._lock`` guards the ledger and the order (the fields marked so below, and the
+fields of the queue's :class:`Marker` objects); backend enqueue hooks are called under it and must
+not block.  It is never held while waiting on the device or running user code.  Some fields are
+read without it as hints on fast paths (``done``, ``seq``, ``live``, ``failures``): each only
+moves one way, or is re-read under the lock before anything is decided from it.  ``_users_lock``
+guards the ``users`` dicts of allocations and programs (which queues use them, up to which
+operation).  Every update of the ledger is made so that an exception at any point (a
+``KeyboardInterrupt`` included) leaves it consistent: locks are taken with ``with``, counters
+that other threads wait on are restored in ``finally``.
 """
 
 from __future__ import annotations
@@ -36,12 +49,26 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import settings
-from ._launch import QueueBase
-from .errors import BackendError, Errc, InvalidHandleError, OffloadError, UnsupportedError
+from .errors import BackendError, Errc, InvalidArgumentError, InvalidHandleError, OffloadError, UnsupportedError
 from .runtime import dead_runtime_error, exit_wait, warn_teardown
 
 # Poll for completed markers on enqueue once this many holds or deferred actions are pending.
 _POLL_AFTER = 8
+
+# Guards the ``users`` dicts of allocations and programs: queue -> the sequence number of the last
+# operation on that queue that uses the object (see record_user).
+_users_lock = threading.Lock()
+
+
+def record_user(obj: Any, queue: QueueCore, seq: int) -> None:
+    """Record operation ``seq`` of ``queue`` as a user of ``obj`` (an allocation or a program),
+    so that its free or unload waits for it."""
+    with _users_lock:
+        users = obj.users
+        if users is None:
+            obj.users = {queue: seq}
+        else:
+            users[queue] = seq
 
 
 class Marker:
@@ -51,6 +78,7 @@ class Marker:
     and ``record()``); it is released once it left the ledger and neither is true.
     """
 
+    # all guarded by the owning queue's _lock
     __slots__ = ("seq", "handle", "pins", "owned", "retired", "ready")
 
     def __init__(self, seq: int, handle: Any, owned: bool = False) -> None:
@@ -66,7 +94,7 @@ class _HostFunctionScope(threading.local):
     """Which queue's host function (and its sequence number) this thread is running, if any."""
 
     def __init__(self) -> None:
-        self.running: list[tuple[QueueCore, int]] = []
+        self.running: list[tuple[QueueCore, int]] = []  # this thread's only
 
 
 _host_scope = _HostFunctionScope()
@@ -78,12 +106,37 @@ def running_host_function() -> tuple[QueueCore, int] | None:
     return running[-1] if running else None
 
 
-class QueueCore(QueueBase):
+# A backlog entry: (kind, seq, payload, fence).  kind "op": payload (hook function, args, host
+# fallback or None); "mark": payload the Marker to record; "host": payload the host function's
+# runner; "wait": payload a list of blocking waits.  fence: the marker recorded right before a
+# "host" or "wait" entry (pinned for the helper thread), or None when nothing before it was running.
+_Entry = tuple[str, int, Any, "Marker | None"]
+
+
+class QueueCore:
     """A backend queue on one device plus its ledger.  The public ``pyoffload.Queue`` and the
-    contexts' internal queues (for the synchronous operations) are both one.  The fields a launch
-    touches (``_lock``, ``rt``, ``disp``, ``backlog``, ``seq``, ``submitted``, ``live``,
-    ``profiling``) are C members of ``QueueBase``, whose ``enqueue_launch`` hands a launch over in
-    one C call (core/_launch.c)."""
+    contexts' internal queues (for the synchronous operations) are both one."""
+
+    __slots__ = (
+        # set once by __init__, then read-only
+        "device", "context", "profiling", "_name", "disp", "dh", "rt", "handle",
+        "_native_host_functions", "_native_waits", "_lock", "_moved",
+        # guarded by self._lock
+        "live",  # not destroyed
+        "seq",  # operations enqueued (the last sequence number given out)
+        "submitted",  # operations handed to the backend (<= seq)
+        "done",  # operations observed complete (<= submitted, except after close)
+        "_markers",  # deque[Marker], by seq
+        "_holds",  # deque[(seq, object kept alive)]
+        "_deferred",  # deque[(seq, action)]
+        "failures",  # dict: seq -> error of a host function (or a refused backlogged enqueue)
+        "_unreported",  # list: errors no queue-wide wait raised yet
+        "failed_work",  # list[(first, last, error)]: failures the backend reported at a wait
+        "backlog",  # deque[_Entry] while a helper thread hands work over, else None
+        "_dependent",  # a host function or cross-queue wait was handed to the backend itself
+        "_syncs",  # run_now synchronisations of the whole backend queue in progress
+        "__weakref__",
+    )
 
     def __init__(self, device: Any, context: Any, profiling: bool, name: str, native: Any = None) -> None:
         self.device = device
@@ -95,20 +148,19 @@ class QueueCore(QueueBase):
         self.rt = device.rt
         self._lock = threading.Lock()
         self._moved = threading.Condition(self._lock)  # notified when the backlog moves
-        self.seq = 0  # operations enqueued
-        self.submitted = 0  # operations handed to the backend
-        self.done = 0  # operations observed complete
-        # Operations the ledger passed on a queue query alone (unchecked_from .. unchecked): they
-        # completed, but whether they failed only a synchronisation says (see _check_queried).
-        self.unchecked_from = self.unchecked = 0
+        self.live = False
+        self.seq = 0
+        self.submitted = 0
+        self.done = 0
         self._markers: collections.deque[Marker] = collections.deque()
         self._holds: collections.deque[tuple[int, Any]] = collections.deque()
         self._deferred: collections.deque[tuple[int, Callable[[], None]]] = collections.deque()
-        self.failures: dict[int, BaseException] = {}  # host-function errors by operation
-        self._unreported: list[BaseException] = []  # ... not yet raised by a queue-wide wait
-        # failures of the work the backend reported at a wait: (first, last operation the wait covered, error)
+        self.failures: dict[int, BaseException] = {}
+        self._unreported: list[BaseException] = []
         self.failed_work: list[tuple[int, int, OffloadError]] = []
-        self.backlog: collections.deque[tuple[Any, ...]] | None = None
+        self.backlog: collections.deque[_Entry] | None = None
+        self._dependent = False
+        self._syncs = 0
         self._native_host_functions = self.disp.implements("enqueue_host_function_impl")
         self._native_waits = self.disp.implements("queue_wait_events_impl")
         if native is None:
@@ -126,7 +178,8 @@ class QueueCore(QueueBase):
     # -- state ------------------------------------------------------------------------------
 
     def abandon(self) -> None:
-        self.live = False
+        with self._lock:
+            self.live = False
 
     def dead(self) -> OffloadError:
         if not self.rt.alive:
@@ -139,31 +192,38 @@ class QueueCore(QueueBase):
 
     # -- enqueueing -------------------------------------------------------------------------
 
+    def _submit_locked(self, hook: str, fn: Callable[..., Any], args: tuple[Any, ...],
+                       fallback: Callable[[], None] | None) -> int:
+        """Hand one operation to the backend (or to the backlog); its sequence number (lock held).
+        Nothing in the ledger changes unless the backend took it."""
+        seq = self.seq + 1
+        backlog = self.backlog
+        if backlog is None:
+            try:
+                fn(*args)
+            except OffloadError:
+                raise
+            except Exception as exc:
+                raise self.disp.failure(hook, exc) from exc
+            self.submitted = self.seq = seq
+        else:
+            backlog.append(("op", seq, (fn, args, fallback), None))
+            self.seq = seq
+        return seq
+
     def enqueue(self, hook: str, args: tuple[Any, ...], hold: Any = None, mark: bool = True,
                 fallback: Callable[[], None] | None = None) -> int:
         """Enqueue one operation whose backend part is the enqueue hook ``hook`` called with
         ``args``; return its sequence number.  ``hold`` is kept alive until the operation completes (a host buffer it
         reads or writes); a marker is recorded after it so that the hold is released as soon as
-        anyone observes completion, unless ``mark`` is false: the caller is about to wait for it
-        (a synchronous copy), and a queue synchronisation then serves without a driver event.
+        anyone observes completion, unless ``mark`` is false: the caller is about to wait for it.
         ``fallback`` does the operation's work on the host if the backend refuses it
         (``UnsupportedError``) once it is handed over from the backlog; outside the backlog the
         refusal reaches the caller, who falls back itself."""
         with self._lock:
             if not self.live:
                 raise self.dead()
-            seq = self.seq + 1
-            if self.backlog is None:
-                try:
-                    getattr(self.disp.raw, hook)(*args)
-                except OffloadError:
-                    raise
-                except Exception as exc:
-                    raise self.disp.failure(hook, exc) from exc
-                self.submitted = seq
-            else:
-                self.backlog.append(("op", seq, (getattr(self.disp.raw, hook), args, fallback)))
-            self.seq = seq
+            seq = self._submit_locked(hook, getattr(self.disp.raw, hook), args, fallback)
             if hold is not None:
                 self._holds.append((seq, hold))
             if self.profiling:
@@ -175,50 +235,94 @@ class QueueCore(QueueBase):
             self._poll()
         return seq
 
-    def run_now(self, hook: str, args: tuple[Any, ...], hold: Any, uses: tuple[Any, ...]) -> int | None:
-        """The synchronous form of one operation, in one frame: ``enqueue(hook, args, hold,
-        mark=False)``, record it as a user of the allocations ``uses`` (``None`` entries skipped),
-        then ``wait_until`` it — one enqueue hook call and one ``queue_synchronize_impl``, no
-        driver event.  Returns ``None`` without enqueueing anything where the queue cannot take
-        this path (a backlog, profiling): the caller then does the three steps itself."""
+    def enqueue_launch(self, prog: Any, allocs: Sequence[Any], fn: Callable[..., Any], args: tuple[Any, ...]) -> int:
+        """The launch hand-over: record the launch as a user of ``prog`` and of each allocation in
+        ``allocs`` *before* checking that they are still alive, then hand ``fn(*args)`` to the
+        backend in the queue's order; its sequence number.  An unload or free that starts
+        concurrently either sees the recorded use and waits for it, or the launch sees the object
+        gone and fails: never a launch of freed memory or unloaded code."""
         with self._lock:
             if not self.live:
                 raise self.dead()
-            if self.backlog is not None or self.profiling:
-                return None
             seq = self.seq + 1
-            try:
-                getattr(self.disp.raw, hook)(*args)
-            except OffloadError:
-                raise
-            except Exception as exc:
-                raise self.disp.failure(hook, exc) from exc
-            self.submitted = self.seq = seq
+            record_user(prog, self, seq)
+            for a in allocs:
+                record_user(a, self, seq)
+            prog.check_loaded()
+            for a in allocs:
+                if not a.live:
+                    raise InvalidArgumentError(f"launch of a kernel of {prog!r}: {a!r} was freed")
+            self._submit_locked("launch_impl", fn, args, None)
+            if self.profiling:
+                self.mark_locked(owned=True)  # the launch's event takes it (claim_marker)
+        return seq
+
+    def run_now(self, hook: str, args: tuple[Any, ...], hold: Any, uses: tuple[Any, ...]) -> int | None:
+        """The synchronous form of one operation: ``enqueue(hook, args, hold, mark=False)``,
+        record it as a user of the allocations ``uses`` (``None`` entries skipped), then wait for
+        it with one ``queue_synchronize_impl``, no driver event.  Only while the backend queue can
+        hold nothing but independent work (no host function or cross-queue wait was ever handed
+        to it, and none is while the synchronisation runs: see ``_syncs``), so that the
+        synchronisation never waits for something that waits for its caller.  Returns ``None``
+        without enqueueing anything where the queue cannot take this path (a backlog, profiling,
+        a queue that had dependencies): the caller then does the three steps itself."""
+        with self._lock:
+            if not self.live:
+                raise self.dead()
+            if self.backlog is not None or self.profiling or self._dependent:
+                return None
+            seq = self._submit_locked(hook, getattr(self.disp.raw, hook), args, None)
             if hold is not None:
                 self._holds.append((seq, hold))
-        for alloc in uses:
-            if alloc is not None:
-                if alloc.users is None:
-                    alloc.users = {self: seq}
-                else:
-                    alloc.users[self] = seq
+            self._syncs += 1
         try:
-            self.disp.raw.queue_synchronize_impl(self.dh, self.handle)
-        except OffloadError as exc:
-            self._work_failed(seq, exc)
-        except Exception as exc:
-            raise self.disp.failure("queue_synchronize_impl", exc) from exc
+            for alloc in uses:
+                if alloc is not None:
+                    record_user(alloc, self, seq)
+            try:
+                self.disp.raw.queue_synchronize_impl(self.dh, self.handle)
+            except OffloadError as exc:
+                self._work_failed(seq, exc)
+            except Exception as exc:
+                raise self.disp.failure("queue_synchronize_impl", exc) from exc
+        finally:
+            with self._lock:
+                self._syncs -= 1
         self._advance(seq)
         return seq
 
     def mark_locked(self, owned: bool = False) -> Marker:
         """Record a marker after everything enqueued so far (lock held)."""
-        if self.backlog is None:
+        backlog = self.backlog
+        if backlog is None:
             marker = Marker(self.seq, self.disp.event_record_impl(self.dh, self.handle), owned)
         else:
             marker = Marker(self.seq, None, owned)
-            self.backlog.append(("mark", self.seq, marker))
+            backlog.append(("mark", self.seq, marker, None))
         self._markers.append(marker)
+        return marker
+
+    def _fence_locked(self) -> Marker | None:
+        """Before an operation that depends on something outside the queue: a marker right after
+        the work enqueued so far (``None`` if all of it has completed), so that no wait for
+        earlier work waits for the dependency (lock held)."""
+        if self.seq <= self.done:
+            return None
+        markers = self._markers
+        if markers and markers[-1].seq == self.seq:
+            return markers[-1]
+        return self.mark_locked()
+
+    def _mark_submitted_locked(self) -> Marker:
+        """A marker right after the work handed to the backend so far, pinned for the caller: the
+        helper thread's fence before a host fallback it inserts into the backlog (lock held)."""
+        marker = Marker(self.submitted, self.disp.event_record_impl(self.dh, self.handle))
+        marker.pins = 1
+        markers = self._markers
+        at = 0
+        while at < len(markers) and markers[at].seq <= marker.seq:
+            at += 1
+        markers.insert(at, marker)
         return marker
 
     def record_marker(self) -> Marker:
@@ -249,17 +353,28 @@ class QueueCore(QueueBase):
                 raise self.dead()
             seq = self.seq + 1
             run = self._host_runner(fn, seq)
-            if self.backlog is None and self._native_host_functions:
+            fence = self._fence_locked()
+            if self.backlog is None and self._native_host_functions and not self._syncs:
                 self.disp.enqueue_host_function_impl(self.dh, self.handle, run)
-                self.submitted = seq
+                self._dependent = True
+                self.submitted = self.seq = seq
             else:
-                self._start_backlog_locked()
-                assert self.backlog is not None
-                self.backlog.append(("host", seq, run))
-            self.seq = seq
+                self._to_backlog_locked(("host", seq, run, fence))
             if self.profiling:
                 self.mark_locked(owned=True)
             return seq
+
+    def _to_backlog_locked(self, entry: _Entry) -> None:
+        """Append a host function or a wait to the backlog, starting the helper thread if needed;
+        its fence is pinned for the helper (lock held)."""
+        fence = entry[3]
+        if self.backlog is None:
+            self.backlog = collections.deque()
+            threading.Thread(target=self._drain, name=f"pyoffload-{self._name}", daemon=True).start()
+        self.backlog.append(entry)
+        self.seq = entry[1]
+        if fence is not None:
+            fence.pins += 1
 
     def claim_marker(self, seq: int) -> Marker | None:
         """The marker recorded right after operation ``seq`` on a profiling queue, for its event."""
@@ -289,39 +404,46 @@ class QueueCore(QueueBase):
         return run
 
     def marker_for(self, seq: int) -> Marker | None:
-        """A marker that completes no earlier than operation ``seq``, pinned for the caller (who
-        must ``unpin`` it), or ``None`` if ``seq`` has completed."""
+        """A marker that completes no earlier than operation ``seq`` (and before any later
+        dependency of the queue), pinned for the caller (who must ``unpin`` it), or ``None`` if
+        ``seq`` has completed or was never enqueued."""
         with self._lock:
-            if seq <= self.done:
+            if seq <= self.done or seq > self.seq:
                 return None
-            marker = next((m for m in self._markers if m.seq >= seq), None)
+            marker = self._first_marker_locked(seq)
             if marker is None:
                 marker = self.mark_locked()
             marker.pins += 1
             return marker
 
-    def wait_on(self, events: Sequence[tuple[QueueCore, Marker]], foreign: Sequence[Callable[[], None]]) -> int:
-        """Make later work wait for ``events`` (``(queue, pinned marker)`` pairs of this backend's
+    def _first_marker_locked(self, seq: int) -> Marker | None:
+        for m in self._markers:
+            if m.seq >= seq:
+                return m
+        return None
+
+    def wait_on(self, events: Sequence[tuple[QueueCore, int, Marker]], foreign: Sequence[Callable[[], None]]) -> int:
+        """Make later work wait for ``events`` (``(queue, seq, pinned marker)`` of this backend's
         queues, ordered natively where the backend can) and for ``foreign`` waits (callables that
         block until an event of another backend completes, run on this queue's helper thread)."""
-        native = [m.handle for _, m in events if m.ready]
+        native = [m.handle for _, _, m in events if m.ready]
         with self._lock:
             if not self.live:
                 raise self.dead()
             seq = self.seq + 1
+            fence = self._fence_locked()
             ordered = False
-            if native and self.backlog is None and self._native_waits:
+            if (native and len(native) == len(events) and self.backlog is None and self._native_waits
+                    and not self._syncs):
                 ordered = bool(self.disp.queue_wait_events_impl(self.dh, self.handle, native))
             waits = list(foreign)
             if not ordered:
-                waits += [waiter(q, m.seq) for q, m in events]
+                waits += [waiter(q, s) for q, s, _ in events]
             if waits:
-                self._start_backlog_locked()
-                assert self.backlog is not None
-                self.backlog.append(("wait", seq, waits))
+                self._to_backlog_locked(("wait", seq, waits, fence))
             else:
-                self.submitted = seq
-            self.seq = seq
+                self._dependent = True
+                self.submitted = self.seq = seq
             return seq
 
     def hold(self, seq: int, obj: Any) -> None:
@@ -329,7 +451,7 @@ class QueueCore(QueueBase):
         with self._lock:
             if seq > self.done:
                 self._holds.append((seq, obj))
-                if not any(m.seq >= seq for m in self._markers):
+                if self._first_marker_locked(seq) is None:
                     self.mark_locked()
 
     def after(self, seq: int, action: Callable[[], None]) -> None:
@@ -337,17 +459,12 @@ class QueueCore(QueueBase):
         with self._lock:
             if seq > self.done:
                 self._deferred.append((seq, action))
-                if not any(m.seq >= seq for m in self._markers):
+                if self._first_marker_locked(seq) is None:
                     self.mark_locked()
                 return
         action()
 
     # -- the backlog --------------------------------------------------------------------------
-
-    def _start_backlog_locked(self) -> None:
-        if self.backlog is None:
-            self.backlog = collections.deque()
-            threading.Thread(target=self._drain, name=f"pyoffload-{self._name}", daemon=True).start()
 
     def _drain(self) -> None:
         """Hand backlogged operations to the backend in order; run host functions and waits."""
@@ -358,37 +475,19 @@ class QueueCore(QueueBase):
                     self.backlog = None
                     self._moved.notify_all()
                     return
-                kind, seq, payload = backlog.popleft()
+                kind, seq, payload, fence = backlog.popleft()
                 if kind == "op":
-                    try:
-                        payload[0](*payload[1])
-                    except Exception as exc:  # the enqueue was accepted: report it like a failure
-                        if payload[2] is not None and isinstance(exc, UnsupportedError):
-                            # the backend cannot do it: the host does it in the same place in order
-                            backlog.appendleft(("host", seq, self._host_runner(payload[2], seq)))
-                            continue
-                        if not isinstance(exc, OffloadError):
-                            exc = self.disp.failure(getattr(payload[0], "__name__", "an enqueue hook"), exc)
-                        self.failures[seq] = exc
-                        self._unreported.append(exc)
-                    self.submitted = seq
-                    self._moved.notify_all()
+                    self._hand_over_locked(seq, payload)
                     continue
                 if kind == "mark":
                     payload.handle = self.disp.event_record_impl(self.dh, self.handle)
                     payload.ready = True
                     self._moved.notify_all()
                     continue
-                before = self.submitted
-                marker = None
-                if before > self.done:
-                    marker = Marker(before, self.disp.event_record_impl(self.dh, self.handle))
-                    marker.pins = 1
-                    self._markers.append(marker)
-            # A host function or a wait: everything before it must complete first.
+            # A host function or a wait: everything before it must complete first (its fence).
             try:
-                if marker is not None:
-                    self._wait_marker(marker)
+                if fence is not None:
+                    self._wait_marker(fence)
                 if kind == "host":
                     payload()
                 else:
@@ -399,12 +498,30 @@ class QueueCore(QueueBase):
                     self.failures[seq] = exc
                     self._unreported.append(exc)
             finally:
-                if marker is not None:
-                    self._unpin(marker)
+                if fence is not None:
+                    self._unpin(fence)
+                with self._lock:
+                    self.submitted = seq
+                    self._moved.notify_all()
             self._advance(seq)
-            with self._lock:
-                self.submitted = seq
-                self._moved.notify_all()
+
+    def _hand_over_locked(self, seq: int, payload: tuple[Any, ...]) -> None:
+        """One backlogged operation to the backend (lock held): its refusal is its failure."""
+        fn, args, fallback = payload
+        try:
+            fn(*args)
+        except Exception as exc:  # the enqueue was accepted: report it like a failure
+            if fallback is not None and isinstance(exc, UnsupportedError):
+                # the backend cannot do it: the host does it in the same place, in order
+                fence = self._mark_submitted_locked() if self.submitted > self.done else None
+                self.backlog.appendleft(("host", seq, self._host_runner(fallback, seq), fence))  # type: ignore[union-attr]
+                return
+            if not isinstance(exc, OffloadError):
+                exc = self.disp.failure(getattr(fn, "__name__", "an enqueue hook"), exc)
+            self.failures[seq] = exc
+            self._unreported.append(exc)
+        self.submitted = seq
+        self._moved.notify_all()
 
     # -- observing completion ---------------------------------------------------------------
 
@@ -440,7 +557,7 @@ class QueueCore(QueueBase):
     def _unpin(self, marker: Marker) -> None:
         with self._lock:
             marker.pins -= 1
-            release = marker.retired and marker.pins == 0 and not marker.owned
+            release = marker.retired and marker.pins == 0 and not marker.owned and marker.ready
         if release:
             self._release(marker)
 
@@ -460,14 +577,13 @@ class QueueCore(QueueBase):
         if seq > self.done:
             self._check_self_wait(seq)
             self.wait_until(seq)
-        elif self.unchecked and seq >= self.unchecked_from:
-            self._check_queried()
-        if self.failures and seq in self.failures:
-            exc = self.failures[seq]
+        with self._lock:
+            exc = self.failures.get(seq)
+            failed = [err for first, last, err in self.failed_work if first <= seq <= last]
+        if exc is not None:
             raise BackendError(f"a host function on {self._name} raised {exc!r}") from exc
-        for first, last, err in self.failed_work:
-            if first <= seq <= last:
-                raise err
+        if failed:
+            raise failed[0]
 
     def wait_done(self, seq: int) -> None:
         """Block until operation ``seq`` has completed (whether or not it failed)."""
@@ -493,36 +609,27 @@ class QueueCore(QueueBase):
             # The failed work has finished: release what it used; its queue reports the failure.
             with self._lock:
                 self._unreported.append(exc)
-            self._advance(self.submitted)
+                upto = self.submitted
+            self._advance(upto)
 
     def wait_until(self, seq: int) -> None:
+        """Block until operation ``seq`` has completed: on the first marker at or after it (see
+        the module's docstring: never beyond a later dependency), recorded now if there is none."""
         with self._lock:
-            while seq > self.submitted and self.backlog is not None:
+            while seq > self.submitted and self.backlog is not None and seq <= self.seq:
                 self._moved.wait()
-            if seq > self.done and seq > self.seq:
-                return  # never enqueued (its enqueue failed)
-            if seq <= self.done:
-                return
-            marker = None
-            for m in self._markers:  # a loop, not next(genexpr): this is a synchronous copy's path
-                if m.seq >= seq:
-                    marker = m
-                    break
-            if marker is not None:
+            if seq <= self.done or seq > self.seq:
+                return  # complete, or never enqueued (its enqueue failed)
+            marker = self._first_marker_locked(seq)
+            if marker is None:
+                marker = self.mark_locked()
+            marker.pins += 1
+            try:
                 while not marker.ready:
                     self._moved.wait()
-                marker.pins += 1
-            else:
-                upto = self.submitted
-        if marker is None:
-            try:
-                self.disp.raw.queue_synchronize_impl(self.dh, self.handle)
-            except OffloadError as exc:
-                self._work_failed(upto, exc)
-            except Exception as exc:
-                raise self.disp.failure("queue_synchronize_impl", exc) from exc
-            self._advance(upto)
-            return
+            except BaseException:
+                marker.pins -= 1
+                raise
         try:
             self._wait_marker(marker)
         except OffloadError as exc:
@@ -551,55 +658,28 @@ class QueueCore(QueueBase):
         raise exc
 
     def is_done(self, seq: int) -> bool:
-        """Whether operation ``seq`` has completed, without blocking.  Without a marker at it, the
-        answer comes from the whole queue, so it may say ``False`` until later work completes."""
+        """Whether operation ``seq`` has completed, without blocking: a query of the first marker
+        at or after it (recorded now if there is none), so it may say ``False`` until later
+        independent work of the queue has completed too.  A failure of the work may be raised
+        here; the next wait raises it as well."""
         if seq <= self.done:
             return True
         with self._lock:
             if seq > self.submitted:
+                return False  # not handed to the backend yet
+            marker = self._first_marker_locked(seq)
+            if marker is None:
+                marker = self.mark_locked()
+            if not marker.ready:
                 return False
-            marker = next((m for m in self._markers if m.seq >= seq and m.ready), None)
-            if marker is not None:
-                marker.pins += 1
-            upto = self.submitted
+            marker.pins += 1
         try:
-            if marker is not None:
-                if self.disp.event_query_impl(self.dh, marker.handle):
-                    self._advance(marker.seq)
-                    return True
-                return False
-            if self.disp.queue_query_impl(self.dh, self.handle):
-                with self._lock:
-                    if upto > self.done:
-                        self.unchecked_from = self.unchecked_from or self.done + 1
-                        self.unchecked = max(self.unchecked, upto)
-                self._advance(upto)
+            if self.disp.event_query_impl(self.dh, marker.handle):
+                self._advance(marker.seq)
                 return True
             return False
         finally:
-            if marker is not None:
-                self._unpin(marker)
-
-    def _check_queried(self) -> None:
-        """Work the ledger passed on a queue query alone has completed, but a backend reports a
-        failure of the work at a wait (the failure rule): synchronise once, so that the failure
-        is recorded for those operations, whose waits then raise it as if a wait had found it."""
-        with self._lock:
-            first, last = self.unchecked_from, self.unchecked
-            self.unchecked_from = self.unchecked = 0
-        if not last:
-            return
-        try:
-            self.disp.raw.queue_synchronize_impl(self.dh, self.handle)
-        except OffloadError as exc:
-            if exc.errc is Errc.INVALID_QUEUE:
-                raise
-            with self._lock:
-                if not any(err is exc for _, _, err in self.failed_work):
-                    self.failed_work.append((first, max(last, self.submitted), exc))
-                    self._unreported.append(exc)
-        except Exception as exc:
-            raise self.disp.failure("queue_synchronize_impl", exc) from exc
+            self._unpin(marker)
 
     def _poll(self) -> None:
         """Release what completed operations held, without blocking (called now and then)."""
@@ -629,15 +709,13 @@ class QueueCore(QueueBase):
                 with self._lock:  # reported here, not again by the next wait
                     self._unreported = [e for e in self._unreported if e is not exc]
                 raise
-        if self.unchecked:
-            self._check_queried()
-        if self._unreported:
-            with self._lock:
-                errors, self._unreported = self._unreported, []
-            if errors:
-                if any(errors[0] is err for _, _, err in self.failed_work):
-                    raise errors[0]
-                raise BackendError(f"a host function on {self._name} raised {errors[0]!r}") from errors[0]
+        with self._lock:
+            errors, self._unreported = self._unreported, []
+            failed = bool(errors) and any(errors[0] is err for _, _, err in self.failed_work)
+        if errors:
+            if failed:
+                raise errors[0]
+            raise BackendError(f"a host function on {self._name} raised {errors[0]!r}") from errors[0]
 
     def query(self) -> bool:
         """Whether everything enqueued so far has completed (never blocks)."""
@@ -664,36 +742,36 @@ class QueueCore(QueueBase):
         bounded: work that never completes leaves the queue (and what it uses) leaked.  A failure
         of its work that no queue-wide wait reported is a ``TeardownWarning``."""
         self._check_self_wait(self.seq)
-        with self._lock:
-            if not self.live:
-                return
-            self.live = False  # no new work from here on
+        stopped = False
         try:
+            with self._lock:
+                if not self.live:
+                    return
+                stopped = True
+                self.live = False  # no new work from here on
             if at_exit:
                 if not self.drain_within(EXIT_WAIT_SECONDS):
                     raise OffloadError(f"{self._name} still had work running at exit: leaked", Errc.BACKEND_FAILURE)
             else:
                 self.wait_until(self.seq)
         except KeyboardInterrupt:
-            with self._lock:
-                self.live = True  # interrupted: still usable
+            if stopped:
+                with self._lock:
+                    self.live = True  # interrupted: still usable
             raise
-        with self._lock:
-            markers = list(self._markers)
-            self._markers.clear()
-            self._holds.clear()
-            deferred = [action for _, action in self._deferred]
-            self._deferred.clear()
+        with self._lock:  # the ledger is emptied in one step
+            markers, deferred, errors = self._markers, self._deferred, self._unreported
+            self._markers, self._holds, self._deferred, self._unreported = (
+                collections.deque(), collections.deque(), collections.deque(), [])
             self.done = self.seq
         for m in markers:
             m.retired = True
             if m.pins == 0 and not m.owned and m.ready:
                 self._release(m)
-        for action in deferred:
+        for _, action in deferred:
             action()
         self.disp.queue_destroy_impl(self.dh, self.handle)
-        if self._unreported:  # failures no queue-wide wait reported: the last chance to tell
-            errors, self._unreported = self._unreported, []
+        if errors:  # failures no queue-wide wait reported: the last chance to tell
             warn_teardown(f"work on {self._name} before it was destroyed", errors[0])
 
     def __repr__(self) -> str:

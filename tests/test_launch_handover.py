@@ -1,7 +1,7 @@
-"""A launch's hand-over to its queue in C (``pyoffload._launch``: ``Queue.enqueue_launch`` and
+"""A launch's hand-over to its queue (``QueueCore.enqueue_launch``, used by ``Queue.launch`` and
 the call of a ``PreparedLaunch``).
 
-The rules are those of core/queue.py: users recorded before the liveness checks, the queue's lock
+The rules: users recorded before the liveness checks, the queue's lock
 released on every path (errors included), a backend exception that is not an ``OffloadError``
 worded by the dispatcher and chained, the backlog keeping the queue's order, a profiling queue's
 events carrying timestamps, and enqueues from many threads each getting one sequence number.
@@ -18,7 +18,6 @@ import pytest
 
 import pyoffload
 from pyoffload import BackendError, Errc, InvalidArgumentError, OffloadError
-from pyoffload._launch import EventBase, PreparedBase, QueueBase
 
 SOURCE = """
 #include <stdint.h>
@@ -43,13 +42,36 @@ def queue(host: Any) -> Iterator[Any]:
         q.destroy()
 
 
-def test_the_types_are_the_c_bases(queue: Any, prog: Any) -> None:
+def test_a_prepared_launch_returns_its_event(queue: Any, prog: Any) -> None:
     launch = queue.prepare(prog.kernel("noop"), 1, 1)
     ev = launch()
-    assert isinstance(queue, QueueBase) and isinstance(launch, PreparedBase) and isinstance(ev, EventBase)
     assert type(ev) is pyoffload.Event and ev.queue is queue and ev.seq == queue.seq
+    assert launch.launch().seq == ev.seq + 1
     ev.wait()
     assert ev.is_complete
+
+
+def test_fields_deleted_from_python_raise_instead_of_crashing(host: Any, prog: Any) -> None:
+    """Issue 22, finding 10: ``del queue.submitted`` crashed the C hand-over."""
+    q = host.create_queue()
+    launch = q.prepare(prog.kernel("noop"), 1, 1)
+    del q.submitted  # a launch stores it again (or raises AttributeError): never a crash
+    q.launch(prog.kernel("noop"), 1, 1)
+    assert not q._lock.locked() and q.submitted == q.seq
+    del q.done
+    with pytest.raises(AttributeError):
+        q.wait()
+    assert not q._lock.locked()
+    q.done = 0
+    ev = launch()
+    del ev.marker
+    with pytest.raises(AttributeError):
+        ev.elapsed_ms(ev)
+    del launch._checked
+    with pytest.raises(AttributeError):
+        launch()
+    q.wait()
+    q.destroy()
 
 
 def test_a_launch_records_its_users_before_it_returns(host: Any, queue: Any, prog: Any) -> None:
@@ -75,7 +97,7 @@ def test_errors_leave_the_lock_free(host: Any, queue: Any, prog: Any) -> None:
         with pytest.raises(InvalidArgumentError, match="was freed"):
             launch()
         assert not queue._lock.locked()
-    with pytest.raises(TypeError, match="no arguments"):
+    with pytest.raises(TypeError):
         launch(1)
     # the queue still works, and no sequence number was spent on the refused launches
     before = queue.seq
@@ -101,8 +123,6 @@ def test_a_foreign_exception_is_worded_and_chained(queue: Any, prog: Any) -> Non
     assert err2.value.__cause__ is None
     with pytest.raises(TypeError):
         queue.enqueue_launch(prog, (), refuse)  # type: ignore[call-arg]
-    with pytest.raises(TypeError):
-        queue.enqueue_launch(prog, (), refuse, [])
     assert not queue._lock.locked()
 
 
