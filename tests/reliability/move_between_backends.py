@@ -1,7 +1,8 @@
 """One process of the cross-backend move test (test_cross_backend_waits.py): an array library moves
 arrays around the host device and every OpenCL device, each move ordered on the target's queue
 after the source's (``record`` / ``wait_events`` across queues, queue-ordered copies), with work
-in flight on every queue while it does.  Exits 0 once every result matched numpy.
+in flight on every queue while it does, and host functions on one queue that wait for events of
+another.  Exits 0 once every result matched numpy.
 
     python move_between_backends.py ROUNDS SEED
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import os
 import random
 import sys
+import threading
 
 import numpy as np
 
@@ -19,6 +21,20 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "examples"))
 
 import arraylib  # noqa: E402
 import pyoffload  # noqa: E402
+
+
+def crossed_wait(a: arraylib.Array, b: arraylib.Array) -> None:
+    """b's queue waits for a copy on a's queue (an event with no marker of its own); a's queue's
+    next host function waits for b's work after that wait.  No cycle: the copy completes alone."""
+    qa, qb = a._state.queue, b._state.queue
+    scratch = arraylib.empty(a.shape, a.dtype, a.device)
+    copied = qa.memcpy(scratch.alloc, a.alloc, a.size * a.dtype.itemsize)
+    ready = threading.Event()
+    later: list[pyoffload.Event] = []
+    qa.launch_host_function(lambda: ready.wait(30) and later[0].wait())
+    qb.wait_events(copied)
+    later.append(qb.launch_host_function(lambda: None))
+    ready.set()
 
 
 def main(rounds: int, seed: int) -> int:
@@ -36,6 +52,14 @@ def main(rounds: int, seed: int) -> int:
         expect = [x + i for i in range(len(devices))]
         for _ in range(12):
             i, j = rng.sample(range(len(devices)), 2)
+            source = arrays[i]._state.queue
+            if rng.random() < 0.5:  # a host function on the target waits for the source's work so far
+                arrays[j]._state.queue.launch_host_function(source.record().wait)
+            elif rng.random() < 0.5:  # ... or for one of its operations, without a marker of its own
+                arrays[j]._state.queue.launch_host_function((arrays[i] * 1.0)._state.queue.launch_host_function(
+                    lambda: None).wait)
+            if rng.random() < 0.3:
+                crossed_wait(arrays[i], arrays[j])
             moved = arrays[i].to(devices[j])
             arrays[j] = moved * 2.0 + arrays[j]
             expect[j] = expect[i] * 2.0 + expect[j]
