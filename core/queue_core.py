@@ -133,6 +133,7 @@ class QueueCore:
         "_unreported",  # list: errors no queue-wide wait raised yet
         "failed_work",  # list[(first, last, error)]: failures the backend reported at a wait
         "backlog",  # deque[_Entry] while a helper thread hands work over, else None
+        "_drainer",  # the helper thread (a Thread, started or about to be), or None
         "_dependent",  # a host function or cross-queue wait was handed to the backend itself
         "_syncs",  # run_now synchronisations of the whole backend queue in progress
         "__weakref__",
@@ -159,6 +160,7 @@ class QueueCore:
         self._unreported: list[BaseException] = []
         self.failed_work: list[tuple[int, int, OffloadError]] = []
         self.backlog: collections.deque[_Entry] | None = None
+        self._drainer: threading.Thread | None = None
         self._dependent = False
         self._syncs = 0
         self._native_host_functions = self.disp.implements("enqueue_host_function_impl")
@@ -366,15 +368,26 @@ class QueueCore:
 
     def _to_backlog_locked(self, entry: _Entry) -> None:
         """Append a host function or a wait to the backlog, starting the helper thread if needed;
-        its fence is pinned for the helper (lock held)."""
+        its fence is pinned for the helper (lock held).  Each step leaves a valid state: a pin
+        taken for a helper that never gets the entry leaks one event at most; a backlog without
+        a helper gets one from the next enqueue or wait (_ensure_drain_locked)."""
         fence = entry[3]
-        if self.backlog is None:
-            self.backlog = collections.deque()
-            threading.Thread(target=self._drain, name=f"pyoffload-{self._name}", daemon=True).start()
-        self.backlog.append(entry)
-        self.seq = entry[1]
         if fence is not None:
             fence.pins += 1
+        self.seq = entry[1]
+        if self.backlog is None:
+            self.backlog = collections.deque((entry,))
+        else:
+            self.backlog.append(entry)
+        self._ensure_drain_locked()
+
+    def _ensure_drain_locked(self) -> None:
+        """Start the helper thread if there is a backlog and no helper (lock held)."""
+        helper = self._drainer
+        if self.backlog is not None and (helper is None or helper.ident is None):
+            helper = threading.Thread(target=self._drain, name=f"pyoffload-{self._name}", daemon=True)
+            self._drainer = helper
+            helper.start()
 
     def claim_marker(self, seq: int) -> Marker | None:
         """The marker recorded right after operation ``seq`` on a profiling queue, for its event."""
@@ -472,7 +485,7 @@ class QueueCore:
             with self._lock:
                 backlog = self.backlog
                 if not backlog:
-                    self.backlog = None
+                    self.backlog = self._drainer = None
                     self._moved.notify_all()
                     return
                 kind, seq, payload, fence = backlog.popleft()
@@ -617,19 +630,16 @@ class QueueCore:
         the module's docstring: never beyond a later dependency), recorded now if there is none."""
         with self._lock:
             while seq > self.submitted and self.backlog is not None and seq <= self.seq:
+                self._ensure_drain_locked()
                 self._moved.wait()
             if seq <= self.done or seq > self.seq:
                 return  # complete, or never enqueued (its enqueue failed)
             marker = self._first_marker_locked(seq)
             if marker is None:
                 marker = self.mark_locked()
+            while not marker.ready:  # unpinned meanwhile: a marker is released only once ready
+                self._moved.wait()
             marker.pins += 1
-            try:
-                while not marker.ready:
-                    self._moved.wait()
-            except BaseException:
-                marker.pins -= 1
-                raise
         try:
             self._wait_marker(marker)
         except OffloadError as exc:
