@@ -380,9 +380,9 @@ TEARDOWN_SCRIPT = textwrap.dedent("""
 
 # At interpreter exit the runtime unloads programs and drains queues, and leaves memory, pinned
 # ranges, contexts and drivers to the process's end; an explicit shutdown() releases them too.
-# (Draining a queue polls a marker: event_query_impl.)
+# (Queues are waited for through markers: draining polls event_query_impl, a wait event_wait_impl.)
 AT_EXIT = ["event_query_impl", "queue_destroy_impl", "unload_binary_impl"]
-AT_SHUTDOWN = ["data_free_impl", "data_unlock_impl", "context_destroy_impl", "deinit_impl", "queue_synchronize_impl"]
+AT_SHUTDOWN = ["data_free_impl", "data_unlock_impl", "context_destroy_impl", "deinit_impl", "event_wait_impl"]
 
 
 @pytest.mark.parametrize("hook", AT_EXIT + AT_SHUTDOWN)
