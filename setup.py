@@ -54,17 +54,28 @@ def extensions() -> list[Extension]:
         from Cython.Build import cythonize
     except ImportError:  # a build without Cython: the modules run interpreted
         return exts
-    modules = [Extension("pyoffload." + path[len("core/"):-len(".py")].replace("/", "."), [path], optional=True,
-                         depends=PXD + ["core/_buffer.h"], include_dirs=["core"])  # memory.pxd extends _buffer's type
-               for path in COMPILED]
+    modules = [
+        Extension(
+            "pyoffload." + path[len("core/") : -len(".py")].replace("/", "."),
+            [path],
+            optional=True,
+            depends=PXD + ["core/_buffer.h"],
+            include_dirs=["core"],
+        )  # memory.pxd extends _buffer's type
+        for path in COMPILED
+    ]
     return exts + cythonize(
-        modules, build_dir="build/cython", quiet=True, include_path=[pxd_include()],
+        modules,
+        build_dir="build/cython",
+        quiet=True,
+        include_path=[pxd_include()],
         compiler_directives={
             "language_level": 3,
             "binding": True,  # functions keep their signatures, docstrings and introspection
             "annotation_typing": False,  # annotations stay hints: the same behaviour as interpreted
             "embedsignature": True,
-        })
+        },
+    )
 
 
 setup(ext_modules=extensions())

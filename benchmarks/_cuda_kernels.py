@@ -28,14 +28,16 @@ ARCH = os.environ.get("PYOFFLOAD_BENCH_CUDA_ARCH", "sm_75")
 
 def build(out_dir: pathlib.Path) -> pathlib.Path:
     """Compile ``bench_kernels.cu`` to PTX in ``out_dir``; raises if nvcc is missing or fails."""
-    nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.access("/usr/local/cuda/bin/nvcc", os.X_OK)
-                                    else None)
+    nvcc = shutil.which("nvcc") or (
+        "/usr/local/cuda/bin/nvcc" if os.access("/usr/local/cuda/bin/nvcc", os.X_OK) else None
+    )
     if nvcc is None:
         raise FileNotFoundError("nvcc is not on PATH and no prebuilt bench_kernels.ptx was found")
     out_dir.mkdir(parents=True, exist_ok=True)
     out = out_dir / PTX_NAME
-    subprocess.run([nvcc, "-ptx", f"-arch={ARCH}", "-o", str(out), str(SOURCE)], check=True,
-                   capture_output=True, text=True)
+    subprocess.run(
+        [nvcc, "-ptx", f"-arch={ARCH}", "-o", str(out), str(SOURCE)], check=True, capture_output=True, text=True
+    )
     return out
 
 
@@ -58,7 +60,7 @@ def mangled(ptx: bytes) -> dict[str, str]:
         m = re.match(r"_Z(\d+)", text)
         assert m is not None
         start = len(m.group(0))
-        out[text[start:start + int(m.group(1))]] = text
+        out[text[start : start + int(m.group(1))]] = text
     return out
 
 

@@ -92,7 +92,7 @@ class Figure:
     def ratios(self) -> list[float]:
         if not self.base_values:
             return []
-        return [v / b for v, b in zip(self.values, self.base_values) if b]
+        return [v / b for v, b in zip(self.values, self.base_values, strict=False) if b]
 
     @property
     def ratio_median(self) -> float | None:
@@ -101,7 +101,7 @@ class Figure:
 
     @property
     def diffs(self) -> list[float]:
-        return [v - b for v, b in zip(self.values, self.base_values)] if self.base_values else []
+        return [v - b for v, b in zip(self.values, self.base_values, strict=False)] if self.base_values else []
 
     @property
     def diff_median(self) -> float | None:

@@ -82,15 +82,53 @@ def _alloc_free(d: Dev, cfg: Any) -> list[Figure]:
         bound = pool.max_request
         pooled = bound is None or size <= bound
         p = fmt_size(size)
-        figs.append(Figure(SUITE, "alloc+free, pool on", d.backend, p, "us", us(t["on"]), raw_name, us(t["raw"]),
-                           tgt_raw, extra={"size": size}))
-        figs.append(Figure(SUITE, "alloc+free, pool off", d.backend, p, "us", us(t["off"]), raw_name, us(t["raw"]),
-                           tgt_raw, extra={"size": size}))
-        figs.append(Figure(
-            SUITE, "alloc+free, pool on vs off", d.backend, p, "us", us(t["on"]), "same, pool off", us(t["off"]),
-            Target("ratio", "<=", 1.0 if pooled else 1.05,
-                   "pool never slower (≤ 1.0)" if pooled else "above threshold: same path (≤ 1.05, noise)"),
-            extra={"size": size}))
+        figs.append(
+            Figure(
+                SUITE,
+                "alloc+free, pool on",
+                d.backend,
+                p,
+                "us",
+                us(t["on"]),
+                raw_name,
+                us(t["raw"]),
+                tgt_raw,
+                extra={"size": size},
+            )
+        )
+        figs.append(
+            Figure(
+                SUITE,
+                "alloc+free, pool off",
+                d.backend,
+                p,
+                "us",
+                us(t["off"]),
+                raw_name,
+                us(t["raw"]),
+                tgt_raw,
+                extra={"size": size},
+            )
+        )
+        figs.append(
+            Figure(
+                SUITE,
+                "alloc+free, pool on vs off",
+                d.backend,
+                p,
+                "us",
+                us(t["on"]),
+                "same, pool off",
+                us(t["off"]),
+                Target(
+                    "ratio",
+                    "<=",
+                    1.0 if pooled else 1.05,
+                    "pool never slower (≤ 1.0)" if pooled else "above threshold: same path (≤ 1.05, noise)",
+                ),
+                extra={"size": size},
+            )
+        )
     return figs
 
 
@@ -137,11 +175,32 @@ def _lookup(d: Dev, cfg: Any) -> list[Figure]:
             first = {"lookup": lk, "free": fr}
         c = fmt_count(count)
         # No CPU target: the figure is reported (the GPU table's target is ≤ 1 µs at 10^5).
-        figs.append(Figure(SUITE, "mem_info(interior ptr) lookup", d.backend, c, "us", us(lk),
-                           f"same at {fmt_count(counts[0])} live", us(first["lookup"]), extra={"count": count}))
-        figs.append(Figure(SUITE, "free(base ptr)", d.backend, c, "us", us(fr),
-                           f"same at {fmt_count(counts[0])} live", us(first["free"]), extra={"count": count}))
+        figs.append(
+            Figure(
+                SUITE,
+                "mem_info(interior ptr) lookup",
+                d.backend,
+                c,
+                "us",
+                us(lk),
+                f"same at {fmt_count(counts[0])} live",
+                us(first["lookup"]),
+                extra={"count": count},
+            )
+        )
+        figs.append(
+            Figure(
+                SUITE,
+                "free(base ptr)",
+                d.backend,
+                c,
+                "us",
+                us(fr),
+                f"same at {fmt_count(counts[0])} live",
+                us(first["free"]),
+                extra={"count": count},
+            )
+        )
     for a in live:
         pyoffload.free(a)
     return figs
-

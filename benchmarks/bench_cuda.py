@@ -211,17 +211,47 @@ def _launch(d: Dev, ptx: bytes, base: _Baselines, cfg: Any) -> list[Figure]:
     figs = []
     args_name = "launch with args each time (queue.launch)"
     if "pycuda_args" in t:
-        figs.append(Figure(SUITE, args_name, "cuda", "iota_i32(ptr, i32, i32)", "us", us(t["ours_args"]),
-                           "pycuda prepared_async_call(grid, block, stream, *args)", us(t["pycuda_args"]),
-                           Target("ratio", "<=", 1.3, "≤ 1.3× pycuda prepared")))
+        figs.append(
+            Figure(
+                SUITE,
+                args_name,
+                "cuda",
+                "iota_i32(ptr, i32, i32)",
+                "us",
+                us(t["ours_args"]),
+                "pycuda prepared_async_call(grid, block, stream, *args)",
+                us(t["pycuda_args"]),
+                Target("ratio", "<=", 1.3, "≤ 1.3× pycuda prepared"),
+            )
+        )
     if "pycuda_prepared" in t:
-        figs.append(Figure(SUITE, "prepared launch (queue.prepare(...)())", "cuda", "noop", "us",
-                           us(t["ours_prepared"]), "pycuda prepared_async_call (noop)", us(t["pycuda_prepared"]),
-                           Target("ratio", "<=", 1.2, "≤ 1.2× pycuda prepared")))
+        figs.append(
+            Figure(
+                SUITE,
+                "prepared launch (queue.prepare(...)())",
+                "cuda",
+                "noop",
+                "us",
+                us(t["ours_prepared"]),
+                "pycuda prepared_async_call (noop)",
+                us(t["pycuda_prepared"]),
+                Target("ratio", "<=", 1.2, "≤ 1.2× pycuda prepared"),
+            )
+        )
     if "cuda_core_args" in t:
-        figs.append(Figure(SUITE, args_name, "cuda", "iota_i32(ptr, i32, i32)", "us", us(t["ours_args"]),
-                           "cuda.core launch(stream, config, kernel, *args)", us(t["cuda_core_args"]),
-                           Target("ratio", "<=", 2.0, "≤ 2× cuda.core launch")))
+        figs.append(
+            Figure(
+                SUITE,
+                args_name,
+                "cuda",
+                "iota_i32(ptr, i32, i32)",
+                "us",
+                us(t["ours_args"]),
+                "cuda.core launch(stream, config, kernel, *args)",
+                us(t["cuda_core_args"]),
+                Target("ratio", "<=", 2.0, "≤ 2× cuda.core launch"),
+            )
+        )
     prog.unload()
     pyoffload.free(buf)
     q.destroy()
@@ -240,6 +270,7 @@ def _alloc(d: Dev, base: _Baselines, cfg: Any) -> list[Figure]:
     alloc, free = dev.alloc, pyoffload.free
     figs = []
     for size in alloc_sizes(cfg.quick):
+
         def pool_on(n: int, size: int = size) -> None:
             for _ in range(n):
                 free(alloc(size))
@@ -275,16 +306,48 @@ def _alloc(d: Dev, base: _Baselines, cfg: Any) -> list[Figure]:
         extra = {"size": size}
         if "cupy" in t:
             for key, what in (("on", "pool on"), ("off", "pool off")):
-                figs.append(Figure(SUITE, f"alloc+free, {what}", "cuda", p, "us", us(t[key]),
-                                   "CuPy default memory pool malloc + free", us(t["cupy"]),
-                                   Target("ratio", "<=", 2.0, "≤ 2× CuPy pool") if key == "on" else None,
-                                   extra=extra))
+                figs.append(
+                    Figure(
+                        SUITE,
+                        f"alloc+free, {what}",
+                        "cuda",
+                        p,
+                        "us",
+                        us(t[key]),
+                        "CuPy default memory pool malloc + free",
+                        us(t["cupy"]),
+                        Target("ratio", "<=", 2.0, "≤ 2× CuPy pool") if key == "on" else None,
+                        extra=extra,
+                    )
+                )
         if "cuda_core" in t:
-            figs.append(Figure(SUITE, "alloc+free, pool on vs cuda.core", "cuda", p, "us", us(t["on"]),
-                               "cuda.core device memory_resource allocate + close", us(t["cuda_core"]),
-                               extra=extra))
-        figs.append(Figure(SUITE, "alloc+free, pool on vs off", "cuda", p, "us", us(t["on"]), "same, pool off",
-                           us(t["off"]), Target("ratio", "<=", 1.0, "pool never slower (≤ 1.0)"), extra=extra))
+            figs.append(
+                Figure(
+                    SUITE,
+                    "alloc+free, pool on vs cuda.core",
+                    "cuda",
+                    p,
+                    "us",
+                    us(t["on"]),
+                    "cuda.core device memory_resource allocate + close",
+                    us(t["cuda_core"]),
+                    extra=extra,
+                )
+            )
+        figs.append(
+            Figure(
+                SUITE,
+                "alloc+free, pool on vs off",
+                "cuda",
+                p,
+                "us",
+                us(t["on"]),
+                "same, pool off",
+                us(t["off"]),
+                Target("ratio", "<=", 1.0, "pool never slower (≤ 1.0)"),
+                extra=extra,
+            )
+        )
     return figs
 
 
@@ -319,15 +382,30 @@ def _memcpy(d: Dev, base: _Baselines, cfg: Any) -> list[Figure]:
         n = cfg.n(max(3, min(500, (256 * MiB) // size)))
         t = measure({k: _repeat(op) for k, op in ops.items()}, n, cfg.repeats, warmup=1)
         p = fmt_size(size)
-        for key, what in (("h2d", "H2D, pageable"), ("d2h", "D2H, pageable"),
-                          ("h2d_pinned", "H2D, pinned"), ("d2h_pinned", "D2H, pinned")):
+        for key, what in (
+            ("h2d", "H2D, pageable"),
+            ("d2h", "D2H, pageable"),
+            ("h2d_pinned", "H2D, pinned"),
+            ("d2h_pinned", "D2H, pinned"),
+        ):
             pinned_side = key.endswith("pinned")
-            figs.append(Figure(
-                SUITE, f"memcpy {what}", "cuda", p, "GB/s", gbps(size, t[key]),
-                "pycuda memcpy_htod/dtoh" + (" (pagelocked_empty)" if pinned_side else " (numpy array)"),
-                gbps(size, t[f"raw_{key}"]), Target("ratio", ">=", 0.95, "≥ 0.95× pycuda"),
-                note="pinned: pyoffload HOST allocation" if pinned_side and size == memcpy_sizes(cfg.quick)[0] else "",
-                extra={"size": size, "direction": key}))
+            figs.append(
+                Figure(
+                    SUITE,
+                    f"memcpy {what}",
+                    "cuda",
+                    p,
+                    "GB/s",
+                    gbps(size, t[key]),
+                    "pycuda memcpy_htod/dtoh" + (" (pagelocked_empty)" if pinned_side else " (numpy array)"),
+                    gbps(size, t[f"raw_{key}"]),
+                    Target("ratio", ">=", 0.95, "≥ 0.95× pycuda"),
+                    note="pinned: pyoffload HOST allocation"
+                    if pinned_side and size == memcpy_sizes(cfg.quick)[0]
+                    else "",
+                    extra={"size": size, "direction": key},
+                )
+            )
         pyoffload.free(a)
         pyoffload.free(pinned)
         raw.free()
@@ -338,6 +416,7 @@ def _repeat(op: Any) -> Any:
     def batch(k: int) -> None:
         for _ in range(k):
             op()
+
     return batch
 
 

@@ -68,8 +68,12 @@ def _opencl(d: Dev, cfg: Any) -> list[Figure]:
             raw_iota(rq, (1,), (1,), raw_buf, n1, zero)
         rq.finish()
 
-    contenders = {"ours_prepared": ours_prepared, "raw_prepared": raw_prepared,
-                  "ours_args": ours_args, "raw_args": raw_args}
+    contenders = {
+        "ours_prepared": ours_prepared,
+        "raw_prepared": raw_prepared,
+        "ours_args": ours_args,
+        "raw_args": raw_args,
+    }
     grunnur_note = ""
     try:
         contenders.update(_grunnur(raw.device))
@@ -78,23 +82,62 @@ def _opencl(d: Dev, cfg: Any) -> list[Figure]:
     n = cfg.n(2000)
     t = measure(contenders, n, cfg.repeats)
     figs = [
-        Figure(SUITE, "prepared launch (queue.prepare(...)())", "opencl", "noop", "us", us(t["ours_prepared"]),
-               "pyopencl set_args once + enqueue_nd_range_kernel", us(t["raw_prepared"]),
-               Target("ratio", "<=", 1.3, "≤ 1.3× raw prepared")),
-        Figure(SUITE, "launch with args each time (queue.launch)", "opencl", "iota_i32(ptr, i32, i32)", "us",
-               us(t["ours_args"]), "pyopencl knl(queue, g, l, *args)", us(t["raw_args"]),
-               Target("ratio", "<=", 1.0, "≤ 1.0× knl(queue, ...)")),
+        Figure(
+            SUITE,
+            "prepared launch (queue.prepare(...)())",
+            "opencl",
+            "noop",
+            "us",
+            us(t["ours_prepared"]),
+            "pyopencl set_args once + enqueue_nd_range_kernel",
+            us(t["raw_prepared"]),
+            Target("ratio", "<=", 1.3, "≤ 1.3× raw prepared"),
+        ),
+        Figure(
+            SUITE,
+            "launch with args each time (queue.launch)",
+            "opencl",
+            "iota_i32(ptr, i32, i32)",
+            "us",
+            us(t["ours_args"]),
+            "pyopencl knl(queue, g, l, *args)",
+            us(t["raw_args"]),
+            Target("ratio", "<=", 1.0, "≤ 1.0× knl(queue, ...)"),
+        ),
     ]
     figs.append(_idle_wait(q, rq, cfg))
     if "grunnur_prepared" in t:
-        figs.append(Figure(SUITE, "prepared launch vs grunnur", "opencl", "noop", "us", us(t["ours_prepared"]),
-                           "grunnur PreparedKernel(queue)", us(t["grunnur_prepared"]),
-                           Target("ratio", "<=", 0.2, "≥ 5× faster than grunnur (ratio ≤ 0.2)")))
-        figs.append(Figure(SUITE, "launch with args vs grunnur", "opencl", "iota_i32(ptr, i32, i32)", "us",
-                           us(t["ours_args"]), "grunnur Kernel(queue, g, l, *args)", us(t["grunnur_args"])))
+        figs.append(
+            Figure(
+                SUITE,
+                "prepared launch vs grunnur",
+                "opencl",
+                "noop",
+                "us",
+                us(t["ours_prepared"]),
+                "grunnur PreparedKernel(queue)",
+                us(t["grunnur_prepared"]),
+                Target("ratio", "<=", 0.2, "≥ 5× faster than grunnur (ratio ≤ 0.2)"),
+            )
+        )
+        figs.append(
+            Figure(
+                SUITE,
+                "launch with args vs grunnur",
+                "opencl",
+                "iota_i32(ptr, i32, i32)",
+                "us",
+                us(t["ours_args"]),
+                "grunnur Kernel(queue, g, l, *args)",
+                us(t["grunnur_args"]),
+            )
+        )
     else:
-        figs.append(Figure(SUITE, "prepared launch vs grunnur", "opencl", "noop", "us", us(t["ours_prepared"]),
-                           note=grunnur_note))
+        figs.append(
+            Figure(
+                SUITE, "prepared launch vs grunnur", "opencl", "noop", "us", us(t["ours_prepared"]), note=grunnur_note
+            )
+        )
     prog.unload()
     pyoffload.free(buf)
     q.destroy()
@@ -118,9 +161,17 @@ def _idle_wait(q: Any, rq: Any, cfg: Any) -> Figure:
             finish()
 
     t = measure({"ours": ours, "raw": raw}, cfg.n(20000), cfg.repeats)
-    return Figure(SUITE, "queue.wait() on an idle queue", "opencl", "", "us", us(t["ours"]),
-                  "pyopencl queue.finish() on an idle queue", us(t["raw"]),
-                  Target("ratio", "<=", 2.0, "≤ 2× finish()"))
+    return Figure(
+        SUITE,
+        "queue.wait() on an idle queue",
+        "opencl",
+        "",
+        "us",
+        us(t["ours"]),
+        "pyopencl queue.finish() on an idle queue",
+        us(t["raw"]),
+        Target("ratio", "<=", 2.0, "≤ 2× finish()"),
+    )
 
 
 def _grunnur(cl_device: Any) -> dict[str, Any]:
@@ -130,9 +181,12 @@ def _grunnur(cl_device: Any) -> dict[str, Any]:
     same = [d for p in Platform.all(api) for d in Device.all(p) if d.name == cl_device.name]
     ctx = Context.from_devices(same[:1])
     gq = Queue(ctx.device)
-    prog = Program([ctx.device], "KERNEL void noop() {}\n"
-                   "KERNEL void iota_i32(GLOBAL_MEM int *out, int n, int base) {"
-                   " int i = get_global_id(0); if (i < n) out[i] = base + i; }")
+    prog = Program(
+        [ctx.device],
+        "KERNEL void noop() {}\n"
+        "KERNEL void iota_i32(GLOBAL_MEM int *out, int n, int base) {"
+        " int i = get_global_id(0); if (i < n) out[i] = base + i; }",
+    )
     prepared = prog.kernel.noop.prepare([1], [1])
     iota = prog.kernel.iota_i32
     arr = Array.empty(ctx.device, (16,), np.int32)
@@ -175,6 +229,7 @@ def _host(d: Dev, cfg: Any) -> list[Figure]:
     # pyoffload_groups, which the kernel writes (its trap context).  Called without one, it wrote
     # past the end of raw_mem and corrupted the heap.
     from pyoffload.host.plugin import _Groups
+
     one = (ctypes.c_uint64 * 3)(1, 1, 1)
     groups = ctypes.byref(_Groups(one, one, 0, 1))
 
@@ -198,15 +253,35 @@ def _host(d: Dev, cfg: Any) -> list[Figure]:
         for _ in range(n):
             fn_iota(groups, c_void_p(raw_ptr), c_int32(1), c_int32(0))
 
-    t = measure({"ours_prepared": ours_prepared, "raw_prepared": raw_prepared,
-                 "ours_args": ours_args, "raw_args": raw_args}, cfg.n(2000), cfg.repeats)
+    t = measure(
+        {"ours_prepared": ours_prepared, "raw_prepared": raw_prepared, "ours_args": ours_args, "raw_args": raw_args},
+        cfg.n(2000),
+        cfg.repeats,
+    )
     note = "host launches go to a worker thread (asynchronous); the baseline is a synchronous call"
     figs = [
-        Figure(SUITE, "prepared launch (queue.prepare(...)())", "host", "noop", "us", us(t["ours_prepared"]),
-               "direct ctypes call of the same function", us(t["raw_prepared"]), note=note),
-        Figure(SUITE, "launch with args each time (queue.launch)", "host", "iota_i32(ptr, i32, i32)", "us",
-               us(t["ours_args"]), "direct ctypes call (with its work-group range), ctypes args built per call",
-               us(t["raw_args"]), note=note),
+        Figure(
+            SUITE,
+            "prepared launch (queue.prepare(...)())",
+            "host",
+            "noop",
+            "us",
+            us(t["ours_prepared"]),
+            "direct ctypes call of the same function",
+            us(t["raw_prepared"]),
+            note=note,
+        ),
+        Figure(
+            SUITE,
+            "launch with args each time (queue.launch)",
+            "host",
+            "iota_i32(ptr, i32, i32)",
+            "us",
+            us(t["ours_args"]),
+            "direct ctypes call (with its work-group range), ctypes args built per call",
+            us(t["raw_args"]),
+            note=note,
+        ),
     ]
     prog.unload()
     pyoffload.free(buf)

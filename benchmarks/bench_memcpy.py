@@ -41,6 +41,7 @@ def _ops(n: int, op: Any) -> Any:
     def batch(k: int) -> None:
         for _ in range(k):
             op()
+
     return batch
 
 
@@ -86,16 +87,20 @@ def _one_size(d: Dev, size: int, cfg: Any) -> list[Figure]:
         s1 = cl.SVM((ctypes.c_char * size).from_address(a1.ptr))
         s2 = cl.SVM((ctypes.c_char * size).from_address(a2.ptr))
         copy = cl.enqueue_copy
-        raw = {"h2d": lambda: copy(rq, s1, src).wait(),
-               "d2h": lambda: copy(rq, dst, s1).wait(),
-               "d2d": lambda: copy(rq, s2, s1).wait()}
+        raw = {
+            "h2d": lambda: copy(rq, s1, src).wait(),
+            "d2h": lambda: copy(rq, dst, s1).wait(),
+            "d2d": lambda: copy(rq, s2, s1).wait(),
+        }
         raw_name = "pyopencl enqueue_copy (SVM memcpy), same buffers"
     else:
         assert isinstance(d.raw, RawHost)
         views = [a1.view(), a2.view()]
-        raw = {"h2d": lambda: np.copyto(views[0], src),
-               "d2h": lambda: np.copyto(dst, views[0]),
-               "d2d": lambda: np.copyto(views[1], views[0])}
+        raw = {
+            "h2d": lambda: np.copyto(views[0], src),
+            "d2h": lambda: np.copyto(dst, views[0]),
+            "d2d": lambda: np.copyto(views[1], views[0]),
+        }
         raw_name = "numpy copyto, same buffers (host memory is the device's)"
     n = cfg.n(max(1, min(2000, (64 * MiB) // size)))
 
@@ -120,21 +125,75 @@ def _one_size(d: Dev, size: int, cfg: Any) -> list[Figure]:
     figs = []
     if size == 4 * KiB and isinstance(d.raw, RawOpenCL):
         for direction in ("h2d", "d2h", "d2d"):
-            figs.append(Figure(SUITE, f"synchronous 4 KiB copy, {direction}", d.backend, p, "us", us(t[direction]),
-                               raw_name, us(t[f"raw_{direction}"]), Target("ratio", "<=", 1.2, "≤ 1.2× raw")))
+            figs.append(
+                Figure(
+                    SUITE,
+                    f"synchronous 4 KiB copy, {direction}",
+                    d.backend,
+                    p,
+                    "us",
+                    us(t[direction]),
+                    raw_name,
+                    us(t[f"raw_{direction}"]),
+                    Target("ratio", "<=", 1.2, "≤ 1.2× raw"),
+                )
+            )
     for direction in ("h2d", "d2h", "d2d"):
-        figs.append(Figure(SUITE, f"memcpy {direction}", d.backend, p, "GB/s", bw[direction], raw_name,
-                           bw[f"raw_{direction}"], tgt, extra={"size": size, "direction": direction}))
-        figs.append(Figure(SUITE, f"memcpy {direction} vs numpy", d.backend, p, "GB/s", bw[f"{direction}@numpy"],
-                           "numpy copyto host→host", bw[f"numpy@{direction}"], extra={"size": size, "direction": direction}))
+        figs.append(
+            Figure(
+                SUITE,
+                f"memcpy {direction}",
+                d.backend,
+                p,
+                "GB/s",
+                bw[direction],
+                raw_name,
+                bw[f"raw_{direction}"],
+                tgt,
+                extra={"size": size, "direction": direction},
+            )
+        )
+        figs.append(
+            Figure(
+                SUITE,
+                f"memcpy {direction} vs numpy",
+                d.backend,
+                p,
+                "GB/s",
+                bw[f"{direction}@numpy"],
+                "numpy copyto host→host",
+                bw[f"numpy@{direction}"],
+                extra={"size": size, "direction": direction},
+            )
+        )
     for direction in ("h2d", "d2h"):
-        figs.append(Figure(SUITE, f"memcpy {direction}, pinned (HOST alloc) vs unpinned", d.backend, p, "GB/s",
-                           bw[f"{direction}_pinned"], "same, unpinned numpy array", bw[f"{direction}@pinned"],
-                           extra={"size": size, "direction": f"{direction}_pinned"}))
+        figs.append(
+            Figure(
+                SUITE,
+                f"memcpy {direction}, pinned (HOST alloc) vs unpinned",
+                d.backend,
+                p,
+                "GB/s",
+                bw[f"{direction}_pinned"],
+                "same, unpinned numpy array",
+                bw[f"{direction}@pinned"],
+                extra={"size": size, "direction": f"{direction}_pinned"},
+            )
+        )
         if is_locked:
-            figs.append(Figure(SUITE, f"memcpy {direction}, locked numpy vs unpinned", d.backend, p, "GB/s",
-                               bw[f"{direction}_locked"], "same, unpinned numpy array", bw[f"{direction}@locked"],
-                               extra={"size": size, "direction": f"{direction}_locked"}))
+            figs.append(
+                Figure(
+                    SUITE,
+                    f"memcpy {direction}, locked numpy vs unpinned",
+                    d.backend,
+                    p,
+                    "GB/s",
+                    bw[f"{direction}_locked"],
+                    "same, unpinned numpy array",
+                    bw[f"{direction}@locked"],
+                    extra={"size": size, "direction": f"{direction}_locked"},
+                )
+            )
         elif direction == "h2d" and size == sizes(cfg.quick)[0]:
             cfg.skip(SUITE, d.backend, f"locked numpy arrays: {lock_note}")
     if is_locked:

@@ -81,6 +81,7 @@ def _bandwidth(link: Any, dev1: Any, dev2: Any, size: int, cfg: argparse.Namespa
         def batch(k: int) -> None:
             for _ in range(k):
                 op()
+
         return batch
 
     def queued(q: Any, d: Any, s: Any) -> Any:
@@ -88,6 +89,7 @@ def _bandwidth(link: Any, dev1: Any, dev2: Any, size: int, cfg: argparse.Namespa
             for _ in range(k):
                 memcpy(d, s, size, queue=q)
             q.wait()
+
         return batch
 
     def raw_h2d(k: int) -> None:
@@ -131,9 +133,20 @@ def _bandwidth(link: Any, dev1: Any, dev2: Any, size: int, cfg: argparse.Namespa
     figs = []
     for direction, label in what.items():
         for mode in ("", " queued"):
-            figs.append(Figure(SUITE, f"memcpy {label}{', queued' if mode else ''}", "mpi", fmt_size(size), "GB/s",
-                               bw[direction + mode], raw[direction], bw["raw " + direction], BANDWIDTH,
-                               extra={"size": size, "direction": direction + mode}))
+            figs.append(
+                Figure(
+                    SUITE,
+                    f"memcpy {label}{', queued' if mode else ''}",
+                    "mpi",
+                    fmt_size(size),
+                    "GB/s",
+                    bw[direction + mode],
+                    raw[direction],
+                    bw["raw " + direction],
+                    BANDWIDTH,
+                    extra={"size": size, "direction": direction + mode},
+                )
+            )
     for q in (q1, q2):
         q.destroy()
     pyoffload.free(a1)
@@ -175,10 +188,28 @@ def _launch(link: Any, dev1: Any, cfg: argparse.Namespace) -> list[Figure]:
     program.unload()
     base = "mpi4py Isend of the same bytes, then the server's Recv"
     return [
-        Figure(SUITE, "launch enqueue, prepared (per launch, incl. a share of one wait)", "mpi", f"n={n}", "us",
-               us(t["prepared"]), base, us(t["raw"]), LATENCY),
-        Figure(SUITE, "launch enqueue, queue.launch (per launch, incl. a share of one wait)", "mpi", f"n={n}", "us",
-               us(t["launch"]), base, us(t["raw"]), LATENCY),
+        Figure(
+            SUITE,
+            "launch enqueue, prepared (per launch, incl. a share of one wait)",
+            "mpi",
+            f"n={n}",
+            "us",
+            us(t["prepared"]),
+            base,
+            us(t["raw"]),
+            LATENCY,
+        ),
+        Figure(
+            SUITE,
+            "launch enqueue, queue.launch (per launch, incl. a share of one wait)",
+            "mpi",
+            f"n={n}",
+            "us",
+            us(t["launch"]),
+            base,
+            us(t["raw"]),
+            LATENCY,
+        ),
     ]
 
 
@@ -191,9 +222,11 @@ def _plot(out: pathlib.Path, rows: list[dict[str, Any]]) -> list[pathlib.Path]:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(13, 4.2), sharey=True)
-    for ax, direction in zip(axes, ("h2d", "d2h", "r2r")):
+    for ax, direction in zip(axes, ("h2d", "d2h", "r2r"), strict=True):
         for mode, style in (("", "o-"), (" queued", "s--")):
-            pts = sorted((r["extra"]["size"], r) for r in rows if r.get("extra", {}).get("direction") == direction + mode)
+            pts = sorted(
+                (r["extra"]["size"], r) for r in rows if r.get("extra", {}).get("direction") == direction + mode
+            )
             if pts:
                 ax.semilogx([p[0] for p in pts], [p[1]["median"] for p in pts], style, label=f"pyoffload{mode}")
         pts = sorted((r["extra"]["size"], r) for r in rows if r.get("extra", {}).get("direction") == direction)
@@ -214,14 +247,19 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer sizes and repeats")
     ap.add_argument("--out", type=pathlib.Path, default=HERE / "results")
-    ap.add_argument("--sizes", type=lambda text: [int(float(v) * MiB) for v in text.split(",")],
-                    help="copy sizes in MiB, comma-separated (default 1,4,16,64,256; --quick: 1,16,256)")
+    ap.add_argument(
+        "--sizes",
+        type=lambda text: [int(float(v) * MiB) for v in text.split(",")],
+        help="copy sizes in MiB, comma-separated (default 1,4,16,64,256; --quick: 1,16,256)",
+    )
     cfg = ap.parse_args(argv)
     cfg.repeats = 3 if cfg.quick else 5
     link = _link()
     start = time.perf_counter()
     dev1, dev2 = _device(1), _device(2)
-    sizes = cfg.sizes or ([1 * MiB, 16 * MiB, 256 * MiB] if cfg.quick else [1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB])
+    sizes = cfg.sizes or (
+        [1 * MiB, 16 * MiB, 256 * MiB] if cfg.quick else [1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB]
+    )
     figures = _launch(link, dev1, cfg)
     for size in sizes:
         print(f"[mpi] {fmt_size(size)} ...", flush=True)

@@ -31,7 +31,7 @@ def run(devs: list[Dev], cfg: Any) -> list[Figure]:
     top = counts[-1]
     big = np.zeros((top + probe) * SLICE, np.uint8)
     base = big.ctypes.data
-    spare = [big[(top + i) * SLICE:(top + i + 1) * SLICE] for i in range(probe)]
+    spare = [big[(top + i) * SLICE : (top + i + 1) * SLICE] for i in range(probe)]
     locked: list[Any] = []
     rng = random.Random(2)
     lock, unlock, is_pinned = dev.lock, dev.unlock, pyoffload.is_pinned
@@ -39,7 +39,7 @@ def run(devs: list[Dev], cfg: Any) -> list[Figure]:
     first: dict[str, list[float]] = {}
     for count in counts:
         for i in range(len(locked), count):
-            s = big[i * SLICE:(i + 1) * SLICE]
+            s = big[i * SLICE : (i + 1) * SLICE]
             lock(s)
             locked.append(s)
         addrs = [base + i * SLICE + 5 for i in rng.sample(range(count), probe)]
@@ -68,12 +68,46 @@ def run(devs: list[Dev], cfg: Any) -> list[Figure]:
         c = fmt_count(count)
         ref = f"same at {fmt_count(counts[0])} ranges"
         tgt = Target("value", "<=", 2.0, "≤ 2 µs at 10^6") if count >= 10**6 else None
-        figs.append(Figure(SUITE, "is_pinned(ptr) lookup", "host", c, "us", us(res["lookup"]), ref,
-                           us(first["lookup"]), tgt, extra={"count": count}))
-        figs.append(Figure(SUITE, "device.lock(slice)", "host", c, "us", us(res["lock"]), ref,
-                           us(first["lock"]), extra={"count": count}))
-        figs.append(Figure(SUITE, "device.unlock(slice)", "host", c, "us", us(res["unlock"]), ref,
-                           us(first["unlock"]), extra={"count": count}))
+        figs.append(
+            Figure(
+                SUITE,
+                "is_pinned(ptr) lookup",
+                "host",
+                c,
+                "us",
+                us(res["lookup"]),
+                ref,
+                us(first["lookup"]),
+                tgt,
+                extra={"count": count},
+            )
+        )
+        figs.append(
+            Figure(
+                SUITE,
+                "device.lock(slice)",
+                "host",
+                c,
+                "us",
+                us(res["lock"]),
+                ref,
+                us(first["lock"]),
+                extra={"count": count},
+            )
+        )
+        figs.append(
+            Figure(
+                SUITE,
+                "device.unlock(slice)",
+                "host",
+                c,
+                "us",
+                us(res["unlock"]),
+                ref,
+                us(first["unlock"]),
+                extra={"count": count},
+            )
+        )
     for s in locked:
         unlock(s)
     return figs

@@ -58,8 +58,18 @@ def _host(d: Dev, cfg: Any) -> list[Figure]:
 
     t = measure({"ours": ours, "raw": raw}, cfg.n(300), cfg.repeats)
     per_s = lambda v: [1.0 / x for x in v]  # noqa: E731
-    figs = [Figure(SUITE, "load+unload cycles/s (ctor_dtor)", "host", "", "cycles/s", per_s(t["ours"]),
-                   "memfd + dlopen + dlclose via ctypes", per_s(t["raw"]))]
+    figs = [
+        Figure(
+            SUITE,
+            "load+unload cycles/s (ctor_dtor)",
+            "host",
+            "",
+            "cycles/s",
+            per_s(t["ours"]),
+            "memfd + dlopen + dlclose via ctypes",
+            per_s(t["raw"]),
+        )
+    ]
     cycles = 1000 if cfg.quick else 10_000
     growth = {}
     for name, fn in (("ours", ours), ("raw", raw)):
@@ -69,12 +79,21 @@ def _host(d: Dev, cfg: Any) -> list[Figure]:
         fn(cycles)
         gc.collect()
         growth[name] = (rss_bytes() - before) / (1 << 20)
-    figs.append(Figure(
-        SUITE, f"resident memory growth over {cycles:,} cycles", "host", f"{cycles} cycles", "MiB", [growth["ours"]],
-        "same for memfd + dlopen + dlclose", [growth["raw"]],
-        Target("value", "<=", 1.0, "no growth (≤ 1 MiB, allocator noise)"),
-        note="ratio is not meaningful when the baseline grows by ~0; read the two values",
-        extra={"cycles": cycles}))
+    figs.append(
+        Figure(
+            SUITE,
+            f"resident memory growth over {cycles:,} cycles",
+            "host",
+            f"{cycles} cycles",
+            "MiB",
+            [growth["ours"]],
+            "same for memfd + dlopen + dlclose",
+            [growth["raw"]],
+            Target("value", "<=", 1.0, "no growth (≤ 1 MiB, allocator noise)"),
+            note="ratio is not meaningful when the baseline grows by ~0; read the two values",
+            extra={"cycles": cycles},
+        )
+    )
     return figs
 
 
@@ -90,6 +109,7 @@ def _opencl(d: Dev, cfg: Any) -> list[Figure]:
 
     contenders = {"ours": ours}
     if source is not None:
+
         def raw(n: int) -> None:
             for _ in range(n):
                 prg = cl.Program(ctx, source).build()
@@ -100,7 +120,16 @@ def _opencl(d: Dev, cfg: Any) -> list[Figure]:
     n = 3 if cfg.quick else 10
     t = measure(contenders, n, cfg.repeats, warmup=1)
     per_s = lambda v: [1.0 / x for x in v]  # noqa: E731
-    return [Figure(SUITE, "load+unload cycles/s (ctor_dtor)", "opencl", "", "cycles/s", per_s(t["ours"]),
-                   "pyopencl Program(ctx, src).build() + kernels" if "raw" in t else "",
-                   per_s(t["raw"]) if "raw" in t else None,
-                   note="pyoffload also runs the constructor and destructor kernels each cycle")]
+    return [
+        Figure(
+            SUITE,
+            "load+unload cycles/s (ctor_dtor)",
+            "opencl",
+            "",
+            "cycles/s",
+            per_s(t["ours"]),
+            "pyopencl Program(ctx, src).build() + kernels" if "raw" in t else "",
+            per_s(t["raw"]) if "raw" in t else None,
+            note="pyoffload also runs the constructor and destructor kernels each cycle",
+        )
+    ]

@@ -51,8 +51,9 @@ def _process_ms(code: str, cpu: list[float] | None = None) -> float:
 
 
 def _fresh(code: str, env: dict[str, str] | None = None, *flags: str) -> tuple[float, float, str]:
-    res = subprocess.run([sys.executable, *flags, "-c", code], capture_output=True, text=True,
-                         env=env or os.environ.copy(), check=True)
+    res = subprocess.run(
+        [sys.executable, *flags, "-c", code], capture_output=True, text=True, env=env or os.environ.copy(), check=True
+    )
     imp, total = (float(x) for x in res.stdout.split()[-2:])
     return imp, total, res.stderr
 
@@ -64,7 +65,7 @@ def _importtime_top(k: int = 12, env: dict[str, str] | None = None) -> list[tupl
     for line in err.splitlines():
         if not line.startswith("import time:") or "|" not in line:
             continue
-        parts = line[len("import time:"):].split("|")
+        parts = line[len("import time:") :].split("|")
         try:
             rows.append((parts[2].rstrip(), int(parts[1]) / 1e3))
         except ValueError:
@@ -108,8 +109,9 @@ def _byte_compile() -> list[str]:
 def startup(devs: list[Dev], cfg: Any) -> list[Figure]:
     reps = 7 if cfg.quick else 21  # pairs: the machine is shared, so many, each pair run back to back
     compiled = _byte_compile()
-    pyc_note = (f"pyoffload and its plugins byte-compiled first, as a wheel install does "
-                f"({len(compiled)} package directories)")
+    pyc_note = (
+        f"pyoffload and its plugins byte-compiled first, as a wheel install does ({len(compiled)} package directories)"
+    )
     has_pyopencl = importlib.util.find_spec("pyopencl") is not None
     env_host = {**os.environ, "PYOFFLOAD_PLUGINS": ""}
     ours_p, raw_p, ours_cpu, raw_cpu = [], [], [], []
@@ -128,19 +130,41 @@ def startup(devs: list[Dev], cfg: Any) -> list[Figure]:
         host_only.append(_fresh(OURS, env_host)[1])
     backends = ", ".join(sorted({d.backend for d in devs}))
     return [
-        Figure("startup", f"process: import pyoffload + devices() (backends: {backends})", "all", "", "ms", ours_p,
-               "process: import pyopencl + list devices" if raw_p else "", raw_p or None,
-               Target("diff", "<=", 50.0, "≤ +50 ms over pyopencl") if raw_p else None,
-               note=pyc_note if raw_p else f"pyopencl is not installed: no baseline; {pyc_note}",
-               extra={"importtime_top_ms": _importtime_top()}),
-        Figure("startup", f"process CPU time (user + system): import pyoffload + devices() (backends: {backends})",
-               "all", "", "ms", ours_cpu, "process CPU time: import pyopencl + list devices" if raw_cpu else "",
-               raw_cpu or None, note="the same processes as above; less disturbed than wall time by other work "
-                                     "waiting for the same cores"),
+        Figure(
+            "startup",
+            f"process: import pyoffload + devices() (backends: {backends})",
+            "all",
+            "",
+            "ms",
+            ours_p,
+            "process: import pyopencl + list devices" if raw_p else "",
+            raw_p or None,
+            Target("diff", "<=", 50.0, "≤ +50 ms over pyopencl") if raw_p else None,
+            note=pyc_note if raw_p else f"pyopencl is not installed: no baseline; {pyc_note}",
+            extra={"importtime_top_ms": _importtime_top()},
+        ),
+        Figure(
+            "startup",
+            f"process CPU time (user + system): import pyoffload + devices() (backends: {backends})",
+            "all",
+            "",
+            "ms",
+            ours_cpu,
+            "process CPU time: import pyopencl + list devices" if raw_cpu else "",
+            raw_cpu or None,
+            note="the same processes as above; less disturbed than wall time by other work waiting for the same cores",
+        ),
         Figure("startup", "in process: import pyoffload", "all", "", "ms", imp),
         Figure("startup", "in process: import pyoffload + devices()", "all", "", "ms", total),
-        Figure("startup", "in process: import pyoffload + devices(), host only (PYOFFLOAD_PLUGINS=)", "host", "",
-               "ms", host_only, extra={"importtime_top_ms": _importtime_top(env=env_host)}),
+        Figure(
+            "startup",
+            "in process: import pyoffload + devices(), host only (PYOFFLOAD_PLUGINS=)",
+            "host",
+            "",
+            "ms",
+            host_only,
+            extra={"importtime_top_ms": _importtime_top(env=env_host)},
+        ),
     ]
 
 
@@ -177,8 +201,9 @@ def dispatch(devs: list[Dev], cfg: Any) -> list[Figure]:
                 q.query()
 
         n = cfg.n(20000)
-        t = measure({"direct": direct, "dispatched": dispatched, "pluggy": pluggy_call, "public": public},
-                    n, cfg.repeats)
+        t = measure(
+            {"direct": direct, "dispatched": dispatched, "pluggy": pluggy_call, "public": public}, n, cfg.repeats
+        )
         runtime.add_wrapper(TracingPlugin)
         try:
             traced = measure({"traced": dispatched, "direct": direct}, n // 4, cfg.repeats)
@@ -187,14 +212,38 @@ def dispatch(devs: list[Dev], cfg: Any) -> list[Figure]:
         base = "the backend's queue_query_impl called directly"
         b = d.backend
         figs += [
-            Figure("dispatch", "one dispatch (device.disp.queue_query_impl)", b, "", "us", us(t["dispatched"]),
-                   base, us(t["direct"])),
-            Figure("dispatch", "one pluggy hook call (pm.hook.queue_query_impl)", b, "", "us", us(t["pluggy"]),
-                   base, us(t["direct"])),
+            Figure(
+                "dispatch",
+                "one dispatch (device.disp.queue_query_impl)",
+                b,
+                "",
+                "us",
+                us(t["dispatched"]),
+                base,
+                us(t["direct"]),
+            ),
+            Figure(
+                "dispatch",
+                "one pluggy hook call (pm.hook.queue_query_impl)",
+                b,
+                "",
+                "us",
+                us(t["pluggy"]),
+                base,
+                us(t["direct"]),
+            ),
             Figure("dispatch", "public Queue.query()", b, "", "us", us(t["public"]), base, us(t["direct"])),
-            Figure("dispatch", "one dispatch, tracing wrapper on", b, "", "us", us(traced["traced"]),
-                   base, us(traced["direct"]),
-                   note="tracing logs through structlog at DEBUG; no handler is configured"),
+            Figure(
+                "dispatch",
+                "one dispatch, tracing wrapper on",
+                b,
+                "",
+                "us",
+                us(traced["traced"]),
+                base,
+                us(traced["direct"]),
+                note="tracing logs through structlog at DEBUG; no handler is configured",
+            ),
         ]
         q.destroy()
     return figs

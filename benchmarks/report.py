@@ -36,14 +36,19 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     ]
     for r in rows:
         val = f"{_num(r['median'])} {r['unit']} [{_num(r['min'])}–{_num(r['max'])}]"
-        ratio = (f"{r['ratio_median']:.3f} [{r['ratio_min']:.3f}–{r['ratio_max']:.3f}]"
-                 if r["ratio_median"] is not None else "—")
+        ratio = (
+            f"{r['ratio_median']:.3f} [{r['ratio_min']:.3f}–{r['ratio_max']:.3f}]"
+            if r["ratio_median"] is not None
+            else "—"
+        )
         if r.get("diff_median") is not None and r["unit"] == "ms":
             ratio += f"; Δ {r['diff_median']:+.1f} ms [{r['diff_min']:+.1f}–{r['diff_max']:+.1f}]"
         met = {True: "yes", False: "**NO**", None: ""}[r["met"]]
         base = r["baseline"] or "—"
-        lines.append(f"| {r['suite']} | {r['name']} | {r['backend']} | {r['param']} | {val} | {base} | "
-                     f"{_num(r['baseline_median'])} | {ratio} | {r['target'] or ''} | {met} |")
+        lines.append(
+            f"| {r['suite']} | {r['name']} | {r['backend']} | {r['param']} | {val} | {base} | "
+            f"{_num(r['baseline_median'])} | {ratio} | {r['target'] or ''} | {met} |"
+        )
     notes = [(r, r["note"]) for r in rows if r["note"]]
     if notes:
         lines += ["", "Notes:", ""] + [f"- {r['name']} ({r['backend']}): {n}" for r, n in notes]
@@ -73,8 +78,11 @@ def write(outdir: pathlib.Path, rows: list[dict[str, Any]], meta: dict[str, Any]
 def _series(rows: list[dict[str, Any]], suite: str, name: str, backend: str, key: str) -> tuple[list, list, list]:
     # The CUDA suite measures the same alloc and lookup figures under its own suite name.
     suites = (suite, "cuda") if suite == "alloc" else (suite,)
-    pts = sorted((r["extra"][key], r) for r in rows
-                 if r["suite"] in suites and r["name"] == name and r["backend"] == backend and "extra" in r)
+    pts = sorted(
+        (r["extra"][key], r)
+        for r in rows
+        if r["suite"] in suites and r["name"] == name and r["backend"] == backend and "extra" in r
+    )
     return [p[0] for p in pts], [p[1]["median"] for p in pts], [p[1] for p in pts]
 
 
@@ -103,15 +111,14 @@ def plots(outdir: pathlib.Path, rows: list[dict[str, Any]]) -> list[pathlib.Path
             ax.loglog(x, on, "o-", label="pyoffload, pool on")
             ax.loglog(x, off, "s--", label="pyoffload, pool off")
             ax.loglog(x, [r["baseline_median"] for r in on_rows], "^-", label=on_rows[0]["baseline"])
-            ax.set(xlabel="allocation size (bytes)", ylabel="µs per alloc+free (median)",
-                   title=f"alloc + free, {b}")
+            ax.set(xlabel="allocation size (bytes)", ylabel="µs per alloc+free (median)", title=f"alloc + free, {b}")
             ax.legend()
             ax.grid(True, which="both", alpha=0.3)
             save(fig, f"alloc_{b}.png")
         # memcpy bandwidth against size
         fig, axes = plt.subplots(1, 3, figsize=(13, 4.2), sharey=True)
         drew = False
-        for ax, direction in zip(axes, ("h2d", "d2h", "d2d")):
+        for ax, direction in zip(axes, ("h2d", "d2h", "d2d"), strict=True):
             x, ours, rr = _series(rows, "memcpy", f"memcpy {direction}", b, "size")
             if not x:
                 continue
@@ -140,8 +147,7 @@ def plots(outdir: pathlib.Path, rows: list[dict[str, Any]]) -> list[pathlib.Path
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
         ax.semilogx(x, lk, "o-", label="mem_info(interior pointer)")
         ax.semilogx(x, fr, "s-", label="free(base pointer)")
-        ax.set(xlabel="live allocations", ylabel="µs per call (median)", title=f"registry lookup, {b}",
-               ylim=(0, None))
+        ax.set(xlabel="live allocations", ylabel="µs per call (median)", title=f"registry lookup, {b}", ylim=(0, None))
         ax.legend()
         ax.grid(True, which="both", alpha=0.3)
         save(fig, f"lookup_{b}.png")
@@ -152,8 +158,7 @@ def plots(outdir: pathlib.Path, rows: list[dict[str, Any]]) -> list[pathlib.Path
         for name, style in (("device.lock(slice)", "s-"), ("device.unlock(slice)", "^-")):
             _, v, _ = _series(rows, "pinning", name, "host", "count")
             ax.semilogx(x, v, style, label=name)
-        ax.set(xlabel="locked ranges", ylabel="µs per call (median)", title="pinned-map scaling, host",
-               ylim=(0, None))
+        ax.set(xlabel="locked ranges", ylabel="µs per call (median)", title="pinned-map scaling, host", ylim=(0, None))
         ax.legend()
         ax.grid(True, which="both", alpha=0.3)
         save(fig, "pinning_host.png")

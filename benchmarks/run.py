@@ -118,11 +118,14 @@ def main(argv: list[str] | None = None) -> int:
     }
     plots = report.write(args.out, rows, meta)
     print((args.out / "results.md").read_text())
-    print("plots:", ", ".join(str(p.relative_to(HERE.parent)) if p.is_relative_to(HERE.parent) else str(p)
-                              for p in plots))
+    print(
+        "plots:", ", ".join(str(p.relative_to(HERE.parent)) if p.is_relative_to(HERE.parent) else str(p) for p in plots)
+    )
     missed = [r for r in rows if r["met"] is False]
-    print(f"{len(rows)} figures, {sum(r['met'] is True for r in rows)} targets met, {len(missed)} missed, "
-          f"{meta['seconds']:.0f} s")
+    print(
+        f"{len(rows)} figures, {sum(r['met'] is True for r in rows)} targets met, {len(missed)} missed, "
+        f"{meta['seconds']:.0f} s"
+    )
     return 0
 
 

@@ -39,8 +39,7 @@ class BufferBase:
         if not self.exportable or (self.ptr == 0 and self.nbytes):
             with _count_lock:
                 self._exports -= 1
-            raise BufferError("this memory is not host-accessible (DEVICE memory) or was freed: "
-                              "use pyoffload.memcpy")
+            raise BufferError("this memory is not host-accessible (DEVICE memory) or was freed: use pyoffload.memcpy")
         try:
             view = memoryview((ctypes.c_char * self.nbytes).from_address(self.ptr)).cast("B")
             return view.toreadonly() if self.readonly else view

@@ -181,8 +181,9 @@ class Device(GenericDevice):
         """Load a device image (the backend's format; ``build_program`` builds one from source)."""
         return Program(context or self.default_context, self, image)
 
-    def build_program(self, source: str, options: Sequence[str] = (), context: Context | None = None,
-                      cache: bool = True) -> Program:
+    def build_program(
+        self, source: str, options: Sequence[str] = (), context: Context | None = None, cache: bool = True
+    ) -> Program:
         """Build ``source`` in the backend's source language (OpenCL C, C on the host backend, ...)
         and load it.  Built images are cached on disk (``PYOFFLOAD_CACHE_DIR``); a compiler error
         is a ``CompileError`` whose ``build_log`` holds the compiler's messages."""

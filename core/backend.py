@@ -66,8 +66,16 @@ class HookimplMarker(Protocol):
     def __call__(self, function: _F, /) -> _F: ...
 
     @overload
-    def __call__(self, *, hookwrapper: bool = ..., optionalhook: bool = ..., tryfirst: bool = ...,
-                 trylast: bool = ..., specname: str | None = ..., wrapper: bool = ...) -> Callable[[_F], _F]: ...
+    def __call__(
+        self,
+        *,
+        hookwrapper: bool = ...,
+        optionalhook: bool = ...,
+        tryfirst: bool = ...,
+        trylast: bool = ...,
+        specname: str | None = ...,
+        wrapper: bool = ...,
+    ) -> Callable[[_F], _F]: ...
 
 
 hookimpl = cast(HookimplMarker, pluggy.HookimplMarker(PROJECT))
@@ -143,25 +151,51 @@ class LocalMemory:
         try:
             size = operator.index(self.size)
         except TypeError:
-            raise TypeError(f"LocalMemory size must be an integer, got {self.size!r} ({type(self.size).__name__})") from None
+            raise TypeError(
+                f"LocalMemory size must be an integer, got {self.size!r} ({type(self.size).__name__})"
+            ) from None
         if not 0 < size < 1 << 64:
             raise InvalidSizeError(f"LocalMemory size must be positive and below 2**64, got {size}")
         object.__setattr__(self, "size", size)
 
 
 PARAM_KINDS: tuple[str, ...] = (
-    "ptr", "local", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "f16", "f32", "f64",
+    "ptr",
+    "local",
+    "i8",
+    "i16",
+    "i32",
+    "i64",
+    "u8",
+    "u16",
+    "u32",
+    "u64",
+    "f16",
+    "f32",
+    "f64",
 )
 """The parameter kinds a kernel signature (``kernel_signature_impl``) and a packer
 (``kernel_packer_impl``) speak: a pointer, local memory, or a scalar of that width."""
 
 # OpenCL C / HIP / CUDA scalar type names, as images' kernel metadata spells them.
 _C_SCALAR_KINDS = {
-    "char": "i8", "signed char": "i8", "uchar": "u8", "unsigned char": "u8", "bool": "u8",
-    "short": "i16", "ushort": "u16", "unsigned short": "u16",
-    "int": "i32", "uint": "u32", "unsigned int": "u32",
-    "long": "i64", "ulong": "u64", "unsigned long": "u64",
-    "half": "f16", "float": "f32", "double": "f64",
+    "char": "i8",
+    "signed char": "i8",
+    "uchar": "u8",
+    "unsigned char": "u8",
+    "bool": "u8",
+    "short": "i16",
+    "ushort": "u16",
+    "unsigned short": "u16",
+    "int": "i32",
+    "uint": "u32",
+    "unsigned int": "u32",
+    "long": "i64",
+    "ulong": "u64",
+    "unsigned long": "u64",
+    "half": "f16",
+    "float": "f32",
+    "double": "f64",
 }
 
 
@@ -189,10 +223,10 @@ INFO_KEYS: dict[str, str] = {
     "sub_group_size": "warp / wavefront / SIMD width",
     "address_bits": "bits of a device pointer",
     "dlpack_device_types": "the DLPack device type of each allocation kind, a dict of AllocKind name -> "
-                           "DLDeviceType (kDLCUDA 2, kDLCUDAHost 3, kDLOpenCL 4, kDLROCM 10, kDLROCMHost 11, "
-                           "kDLCUDAManaged 13); absent: kDLCPU for host-accessible memory, else kDLExtDev",
+    "DLDeviceType (kDLCUDA 2, kDLCUDAHost 3, kDLOpenCL 4, kDLROCM 10, kDLROCMHost 11, "
+    "kDLCUDAManaged 13); absent: kDLCPU for host-accessible memory, else kDLExtDev",
     "memory_kinds": "the allocation kinds the device supports, a tuple of AllocKind names "
-                    "(absent: all three); the generic layer refuses others with UNSUPPORTED",
+    "(absent: all three); the generic layer refuses others with UNSUPPORTED",
 }
 """The device information keys with the same meaning on every backend (``Device.info``).  A
 backend's ``device_info_impl`` returns those it knows (absent keys read as ``None``) and may add
@@ -209,9 +243,33 @@ KERNEL_ATTRIBUTE_KEYS: dict[str, str] = {
 
 
 __all__ = [
-    "AllocKind", "BackendError", "CompileError", "DeviceDesc", "DeviceType", "ENTRY_POINT_GROUP", "Errc",
-    "HOOK_API", "INFO_KEYS", "InitFini", "InvalidArgumentError", "InvalidBinaryError", "InvalidSizeError",
-    "InvalidValueError", "KERNEL_ATTRIBUTE_KEYS", "LocalMemory", "MemAdvice", "MemoryConnection",
-    "NoDevicesError", "NotFoundError", "OffloadError", "OutOfResourcesError", "PARAM_KINDS", "PlatformDesc",
-    "SymbolDesc", "SymbolKind", "UnsupportedError", "hookimpl", "scalar_kind",
+    "AllocKind",
+    "BackendError",
+    "CompileError",
+    "DeviceDesc",
+    "DeviceType",
+    "ENTRY_POINT_GROUP",
+    "Errc",
+    "HOOK_API",
+    "INFO_KEYS",
+    "InitFini",
+    "InvalidArgumentError",
+    "InvalidBinaryError",
+    "InvalidSizeError",
+    "InvalidValueError",
+    "KERNEL_ATTRIBUTE_KEYS",
+    "LocalMemory",
+    "MemAdvice",
+    "MemoryConnection",
+    "NoDevicesError",
+    "NotFoundError",
+    "OffloadError",
+    "OutOfResourcesError",
+    "PARAM_KINDS",
+    "PlatformDesc",
+    "SymbolDesc",
+    "SymbolKind",
+    "UnsupportedError",
+    "hookimpl",
+    "scalar_kind",
 ]

@@ -66,9 +66,7 @@ def host_view(obj: Any, role: str, writable: bool) -> HostView:
     try:
         mv = memoryview(obj)
     except TypeError:
-        raise TypeError(
-            f"{role}: expected an Allocation, a pointer (int) or a host buffer, got {got(obj)}"
-        ) from None
+        raise TypeError(f"{role}: expected an Allocation, a pointer (int) or a host buffer, got {got(obj)}") from None
     if "O" in mv.format:
         raise InvalidArgumentError(f"{role}: a buffer of Python objects (format {mv.format!r}) is not plain data")
     if not mv.c_contiguous:

@@ -52,8 +52,17 @@ def cache_dir() -> Path:
 
 
 def _key(device: Any, source: str, options: tuple[str, ...], compiler: str) -> str:
-    parts = [FORMAT, list(HOOK_API), device.backend, device.platform.name, device.platform.version,
-             device.name, compiler, list(options), source]
+    parts = [
+        FORMAT,
+        list(HOOK_API),
+        device.backend,
+        device.platform.name,
+        device.platform.version,
+        device.name,
+        compiler,
+        list(options),
+        source,
+    ]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 

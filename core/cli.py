@@ -94,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     plugins.add_argument("-v", "--verbose", action="store_true", help="the hook API version each plugin declares")
     plugins.set_defaults(func=_plugins)
     sub.add_parser("demo", help="load a program on every device, launch, read a global, unload").set_defaults(
-        func=_demo)
+        func=_demo
+    )
     args = parser.parse_args(argv)
     return int(args.func(args))
 

@@ -158,8 +158,9 @@ class GenericContext:
 
     # -- memory connections -------------------------------------------------------------------
 
-    def connection(self, device: GenericDevice | None, other: GenericContext,
-                   other_device: GenericDevice | None) -> MemoryConnection:
+    def connection(
+        self, device: GenericDevice | None, other: GenericContext, other_device: GenericDevice | None
+    ) -> MemoryConnection:
         """How memory of ``(self, device)`` reaches ``(other, other_device)``; a device of
         ``None`` (or the host device) means the context's HOST memory.  Cached per pair."""
         host_a = device is None or device.host_memory
@@ -173,8 +174,11 @@ class GenericContext:
             answer = MemoryConnection.UNIFIED if host_a and host_b else MemoryConnection.NONE
         else:
             reported = self.disp.memory_connection_impl(
-                self.handle, None if host_a else device.handle,  # type: ignore[union-attr]
-                other.handle, None if host_b else other_device.handle)  # type: ignore[union-attr]
+                self.handle,
+                None if host_a else device.handle,  # type: ignore[union-attr]
+                other.handle,
+                None if host_b else other_device.handle,  # type: ignore[union-attr]
+            )
             if reported is not None:
                 answer = MemoryConnection(reported)
             elif other is self:

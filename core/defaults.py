@@ -87,8 +87,9 @@ def kernel_packer_impl(device: Any, kernel: Any, kinds: tuple[str, ...]) -> Call
 
 
 @hookimpl(trylast=True)
-def launch_prepare_impl(device: Any, queue: Any, kernel: Any, grid: Any, block: Any,
-                        args: Any) -> Callable[[], None] | None:
+def launch_prepare_impl(
+    device: Any, queue: Any, kernel: Any, grid: Any, block: Any, args: Any
+) -> Callable[[], None] | None:
     return None
 
 

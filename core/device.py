@@ -68,8 +68,9 @@ class Limits:
         self.max_alloc: int = int(info.get("max_alloc_bytes") or UNLIMITED)
         kinds = info.get("memory_kinds")
         # A tuple: membership by identity, without hashing Enum members (which runs Python code).
-        self.kinds: tuple[AllocKind, ...] = (tuple(AllocKind) if kinds is None
-                                              else tuple(AllocKind[str(k).upper()] for k in kinds))
+        self.kinds: tuple[AllocKind, ...] = (
+            tuple(AllocKind) if kinds is None else tuple(AllocKind[str(k).upper()] for k in kinds)
+        )
 
 
 class GenericDevice:
@@ -113,8 +114,13 @@ class GenericDevice:
             reported = dict(self.disp.device_info_impl(self.handle) or {})
             info: dict[str, Any] = dict.fromkeys(INFO_KEYS)
             info.update(reported)
-            info.update(name=self.name, vendor=self.vendor, type=self.type.value,
-                        platform=self.platform.name, backend=self.backend)
+            info.update(
+                name=self.name,
+                vendor=self.vendor,
+                type=self.type.value,
+                platform=self.platform.name,
+                backend=self.backend,
+            )
             self._info = info
         return dict(self._info)
 

@@ -21,7 +21,15 @@ import numpy as np
 from .errors import InvalidArgumentError, UnsupportedError
 
 K_DL_CPU, K_DL_CUDA, K_DL_CUDA_HOST, K_DL_OPENCL, K_DL_ROCM, K_DL_ROCM_HOST, K_DL_EXT_DEV, K_DL_CUDA_MANAGED = (
-    1, 2, 3, 4, 10, 11, 12, 13)
+    1,
+    2,
+    3,
+    4,
+    10,
+    11,
+    12,
+    13,
+)
 VERSION = (1, 0)
 READ_ONLY, IS_COPIED = 1, 2
 
@@ -35,17 +43,26 @@ class DLDataType(ctypes.Structure):
 
 
 class DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int32), ("dtype", DLDataType),
-                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
-                ("byte_offset", ctypes.c_uint64)]
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
 
 
 class DLManagedTensor(ctypes.Structure):
     pass
 
 
-DLManagedTensor._fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p),
-                            ("deleter", ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensor)))]
+DLManagedTensor._fields_ = [
+    ("dl_tensor", DLTensor),
+    ("manager_ctx", ctypes.c_void_p),
+    ("deleter", ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensor))),
+]
 
 
 class DLPackVersion(ctypes.Structure):
@@ -57,9 +74,12 @@ class DLManagedTensorVersioned(ctypes.Structure):
 
 
 DLManagedTensorVersioned._fields_ = [
-    ("version", DLPackVersion), ("manager_ctx", ctypes.c_void_p),
+    ("version", DLPackVersion),
+    ("manager_ctx", ctypes.c_void_p),
     ("deleter", ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensorVersioned))),
-    ("flags", ctypes.c_uint64), ("dl_tensor", DLTensor)]
+    ("flags", ctypes.c_uint64),
+    ("dl_tensor", DLTensor),
+]
 
 _Deleter = DLManagedTensor._fields_[2][1]
 _VersionedDeleter = DLManagedTensorVersioned._fields_[2][1]
@@ -146,8 +166,15 @@ def _capsule_destructor(versioned: bool) -> Any:
 _DESTROY = {False: _capsule_destructor(False), True: _capsule_destructor(True)}
 
 
-def make_capsule(data: int, device: tuple[int, int], dtype: np.dtype[Any], shape: tuple[int, ...], readonly: bool,
-                 versioned: bool, on_release: Callable[[], None]) -> Any:
+def make_capsule(
+    data: int,
+    device: tuple[int, int],
+    dtype: np.dtype[Any],
+    shape: tuple[int, ...],
+    readonly: bool,
+    versioned: bool,
+    on_release: Callable[[], None],
+) -> Any:
     """A DLPack capsule over compact, row-major memory; ``on_release()`` runs once the consumer
     is done with it."""
     ndim = len(shape)

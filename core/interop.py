@@ -49,8 +49,9 @@ def from_dlpack(obj: Any) -> Allocation:
         if not nbytes:
             raise InvalidSizeError("from_dlpack: the tensor is empty")
         ctx = device.default_context  # type: ignore[attr-defined]
-        alloc = register_external(ctx.rt, imported.data, nbytes, kind, None if kind is AllocKind.HOST else device,
-                                  ctx, imported)
+        alloc = register_external(
+            ctx.rt, imported.data, nbytes, kind, None if kind is AllocKind.HOST else device, ctx, imported
+        )
     except BaseException:
         imported.release()
         raise
@@ -58,8 +59,9 @@ def from_dlpack(obj: Any) -> Allocation:
     return alloc
 
 
-def from_native(ptr: Any, size: Any, device: GenericDevice, kind: AllocKind = AllocKind.DEVICE,
-                owner: Any = None) -> Allocation:
+def from_native(
+    ptr: Any, size: Any, device: GenericDevice, kind: AllocKind = AllocKind.DEVICE, owner: Any = None
+) -> Allocation:
     """Wrap ``size`` bytes of ``kind`` memory another library allocated at ``ptr`` on ``device``
     as an external allocation; ``owner`` is kept alive until ``release()``."""
     ptr = operator.index(ptr)
@@ -68,5 +70,6 @@ def from_native(ptr: Any, size: Any, device: GenericDevice, kind: AllocKind = Al
     if not isinstance(kind, AllocKind):
         raise TypeError(f"from_native: kind must be a pyoffload.AllocKind, got {got(kind)}")
     ctx = device.default_context  # type: ignore[attr-defined]
-    return register_external(ctx.rt, ptr, check_size(size), kind, None if kind is AllocKind.HOST else device, ctx,
-                             owner)
+    return register_external(
+        ctx.rt, ptr, check_size(size), kind, None if kind is AllocKind.HOST else device, ctx, owner
+    )

@@ -42,9 +42,17 @@ def numpy_kind(dtype: np.dtype) -> str | None:
 
 
 _KIND_DTYPES: dict[str, np.dtype[Any]] = {
-    "i8": np.dtype(np.int8), "i16": np.dtype(np.int16), "i32": np.dtype(np.int32), "i64": np.dtype(np.int64),
-    "u8": np.dtype(np.uint8), "u16": np.dtype(np.uint16), "u32": np.dtype(np.uint32), "u64": np.dtype(np.uint64),
-    "f16": np.dtype(np.float16), "f32": np.dtype(np.float32), "f64": np.dtype(np.float64),
+    "i8": np.dtype(np.int8),
+    "i16": np.dtype(np.int16),
+    "i32": np.dtype(np.int32),
+    "i64": np.dtype(np.int64),
+    "u8": np.dtype(np.uint8),
+    "u16": np.dtype(np.uint16),
+    "u32": np.dtype(np.uint32),
+    "u64": np.dtype(np.uint64),
+    "f16": np.dtype(np.float16),
+    "f32": np.dtype(np.float32),
+    "f64": np.dtype(np.float64),
 }
 
 
@@ -57,7 +65,8 @@ class Binder:
         sig = kernel.signature
         if sig is not None and len(sig) != len(types):
             raise InvalidArgumentError(
-                f"launch: kernel {kernel.name!r} takes {len(sig)} arguments ({', '.join(sig)}), got {len(types)}")
+                f"launch: kernel {kernel.name!r} takes {len(sig)} arguments ({', '.join(sig)}), got {len(types)}"
+            )
         codes: list[int] = []
         dtypes: list[np.dtype | None] = []
         kinds: list[str] = []
@@ -103,14 +112,16 @@ class Binder:
                         elif device_pointer(dev, p) is None:
                             raise InvalidArgumentError(
                                 f"launch argument {i}: pointer 0x{p:x} is not in a live allocation or in host memory "
-                                f"pinned for {dev.id} (pass scalars as numpy scalars, e.g. numpy.int32(5))")
+                                f"pinned for {dev.id} (pass scalars as numpy scalars, e.g. numpy.int32(5))"
+                            )
             if self.has_local:
-                total = sum(v.size for v, c in zip(values, codes) if c == _LOCAL)
+                total = sum(v.size for v, c in zip(values, codes, strict=True) if c == _LOCAL)
                 limit = dev.limits.local_memory
                 if total > limit:
                     raise InvalidArgumentError(
                         f"launch of {self.kernel.name!r}: {total} bytes of LocalMemory exceed the device's "
-                        f"local memory ({limit} bytes, info 'local_memory_bytes')")
+                        f"local memory ({limit} bytes, info 'local_memory_bytes')"
+                    )
         for i, code in enumerate(self.codes):
             if code == _CONVERT:
                 values[i] = _convert(i, values[i], self.dtypes[i])  # type: ignore[arg-type]
@@ -134,8 +145,9 @@ def _classify(kernel: Kernel, i: int, t: type, want: str | None) -> tuple[int, s
             raise refuse("a pointer")
         return (_ALLOC if t is Allocation else _GLOBAL if t is GlobalVariable else _NULL), "ptr", None
     if t is bool or issubclass(t, np.bool_):
-        raise InvalidArgumentError(f"launch argument {i} of kernel {name!r}: booleans are ambiguous; "
-                                   "pass numpy.uint8 (or the declared type)")
+        raise InvalidArgumentError(
+            f"launch argument {i} of kernel {name!r}: booleans are ambiguous; pass numpy.uint8 (or the declared type)"
+        )
     if t is LocalMemory:
         if want not in (None, "local", "ptr"):  # a host-style image declares local memory as a pointer
             raise refuse("LocalMemory")
@@ -157,18 +169,20 @@ def _classify(kernel: Kernel, i: int, t: type, want: str | None) -> tuple[int, s
         if want is None:
             raise InvalidArgumentError(
                 f"launch argument {i} of kernel {name!r}: a Python float needs a kernel signature to say its "
-                "type; pass a numpy scalar, e.g. numpy.float32(2.0)")
+                "type; pass a numpy scalar, e.g. numpy.float32(2.0)"
+            )
         if want[0] != "f":
             raise refuse("a float")
         return _CONVERT, want, _KIND_DTYPES[want]
     raise InvalidArgumentError(
         f"launch argument {i} of kernel {name!r}: {t.__name__} is not an Allocation, pointer, global, "
-        "numpy scalar or LocalMemory; pass scalars as numpy scalars, e.g. numpy.float32(2.0)")
+        "numpy scalar or LocalMemory; pass scalars as numpy scalars, e.g. numpy.float32(2.0)"
+    )
 
 
 def _convert(i: int, value: Any, dtype: np.dtype) -> np.generic:
     try:
-        out = dtype.type(value)
+        out: np.generic = dtype.type(value)
     except OverflowError:
         raise InvalidArgumentError(f"launch argument {i}: {value!r} does not fit in {dtype}") from None
     if dtype.kind in "iu" and int(out) != value:
@@ -199,7 +213,7 @@ def binder(kernel: Kernel, args: Any) -> Binder:
     found = kernel.binders.get(key)
     if found is None:
         found = kernel.binders[key] = Binder(kernel, key)
-    return found  # type: ignore[no-any-return]
+    return found
 
 
 def _dim(value: Any, what: str) -> int:
@@ -232,14 +246,18 @@ def dimensions(device: Any, grid: Any, block: Any) -> tuple[tuple[int, int, int]
     threads = b[0] * b[1] * b[2]
     if threads > lim.block_threads:
         raise InvalidArgumentError(
-            f"block {b}: {threads} work-items exceed the device's limit {lim.block_threads} (info 'max_work_group_size')")
+            f"block {b}: {threads} work-items exceed the device's limit {lim.block_threads} "
+            "(info 'max_work_group_size')"
+        )
     for axis in range(3):
         if b[axis] > lim.block[axis]:
             raise InvalidArgumentError(
-                f"block {b}: dimension {axis} exceeds the device's limit {lim.block[axis]} (info 'max_work_item_sizes')")
+                f"block {b}: dimension {axis} exceeds the device's limit {lim.block[axis]} (info 'max_work_item_sizes')"
+            )
         if g[axis] > lim.grid[axis]:
             raise InvalidArgumentError(
-                f"grid {g}: dimension {axis} exceeds the device's limit {lim.grid[axis]} (info 'max_grid_size')")
+                f"grid {g}: dimension {axis} exceeds the device's limit {lim.grid[axis]} (info 'max_grid_size')"
+            )
         if g[axis] * b[axis] >= 1 << 64:
             raise InvalidArgumentError(f"grid {g} x block {b}: dimension {axis} overflows 64 bits of work-items")
     return g, b

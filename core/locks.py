@@ -62,9 +62,11 @@ def held_by_me(lock: AllocatorLock) -> bool:
 def check_not_reentered(lock: AllocatorLock, what: str) -> None:
     """Raise instead of re-entering a structure whose update this thread is in the middle of."""
     if lock._is_owned():
-        raise RuntimeError(f"{what}: pyoffload's allocator was re-entered on the thread that is inside it "
-                           "(a finalizer that a garbage collection ran during an allocation or free); "
-                           "free from finalizers, but do not allocate there")
+        raise RuntimeError(
+            f"{what}: pyoffload's allocator was re-entered on the thread that is inside it "
+            "(a finalizer that a garbage collection ran during an allocation or free); "
+            "free from finalizers, but do not allocate there"
+        )
 
 
 def defer(action: Callable[[], None]) -> None:
@@ -93,8 +95,11 @@ def run_deferred() -> None:
 
 def _report(exc: BaseException, action: Any) -> None:
     """Hand ``exc`` to ``sys.unraisablehook``, as the interpreter does for a finalizer's."""
-    sys.unraisablehook(_unraisable_args()((type(exc), exc, exc.__traceback__,
-                                           "Exception ignored in a deferred pyoffload free", action)))
+    sys.unraisablehook(
+        _unraisable_args()(
+            (type(exc), exc, exc.__traceback__, "Exception ignored in a deferred pyoffload free", action)
+        )
+    )
 
 
 def _unraisable_args() -> Any:

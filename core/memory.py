@@ -66,8 +66,22 @@ class Allocation(bufferbase.BufferBase):
     # Guarded by the registry's lock (``context.rt.registry.lock``): live, exportable (BufferBase),
     # dl_exports, owner; a free's claim reads the export counts under it (see ``_claim``).
     # ``users`` is guarded by the locks of the queues that record themselves in it.
-    __slots__ = ("size", "kind", "device", "context", "origin", "owned", "owner", "live", "pool_block",
-                 "source_pool", "users", "dl_exports", "prepared", "__weakref__")
+    __slots__ = (
+        "size",
+        "kind",
+        "device",
+        "context",
+        "origin",
+        "owned",
+        "owner",
+        "live",
+        "pool_block",
+        "source_pool",
+        "users",
+        "dl_exports",
+        "prepared",
+        "__weakref__",
+    )
 
     size: int
     kind: AllocKind
@@ -168,10 +182,17 @@ class Allocation(bufferbase.BufferBase):
         ``numpy.from_dlpack``), the array interface and the CUDA array interface."""
         return TypedView(self, dtype, shape, offset, owner)
 
-    def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
-                   dl_device: Any = None, copy: bool | None = None) -> Any:
-        return TypedView(self, np.uint8).__dlpack__(stream=stream, max_version=max_version, dl_device=dl_device,
-                                                    copy=copy)
+    def __dlpack__(
+        self,
+        *,
+        stream: Any = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: Any = None,
+        copy: bool | None = None,
+    ) -> Any:
+        return TypedView(self, np.uint8).__dlpack__(
+            stream=stream, max_version=max_version, dl_device=dl_device, copy=copy
+        )
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return dlpack_device(self)
@@ -191,8 +212,9 @@ class Allocation(bufferbase.BufferBase):
             return
         if self.export_count or self.dl_exports:
             if not at_exit:
-                warn_teardown(f"freeing {self!r}",
-                              RuntimeError("its memory is still exported: leaked rather than left dangling"))
+                warn_teardown(
+                    f"freeing {self!r}", RuntimeError("its memory is still exported: leaked rather than left dangling")
+                )
             return
         if not self.owned:
             unregister(self.context.rt, self)
@@ -232,8 +254,9 @@ _tuple_new = tuple.__new__
 # ------------------------------------------------------------------------------------------
 
 
-def allocate(ctx: GenericContext, device: GenericDevice | None, size: Any, kind: Any,
-             queue: QueueCore | None = None) -> Allocation:
+def allocate(
+    ctx: GenericContext, device: GenericDevice | None, size: Any, kind: Any, queue: QueueCore | None = None
+) -> Allocation:
     """Allocate ``size`` bytes of ``kind`` in ``ctx`` (on ``device`` unless HOST), usable at once
     or, with ``queue``, by work enqueued on it from now on (stream order)."""
     if type(size) is not int or not 0 < size < MAX_SIZE:
@@ -259,7 +282,8 @@ def allocate(ctx: GenericContext, device: GenericDevice | None, size: Any, kind:
             raise UnsupportedError(f"{device.id} does not support {kind.name} memory (info 'memory_kinds')")
         if size > limits.max_alloc:
             raise OutOfResourcesError(
-                f"alloc of {size} bytes exceeds the largest allocation of {device.id} ({limits.max_alloc} bytes)")
+                f"alloc of {size} bytes exceeds the largest allocation of {device.id} ({limits.max_alloc} bytes)"
+            )
         exportable = kind is not _DEVICE or device.host_memory
     registry = rt.registry
     lock = registry.lock
@@ -280,14 +304,13 @@ def allocate(ctx: GenericContext, device: GenericDevice | None, size: Any, kind:
             # A backend never hands out overlapping live blocks itself: ranges are checked for
             # overlap only while another backend has live memory too (address spaces can coincide).
             live = rt.live_per_space
-            clash = registry.insert_locked(ptr, ptr + size, alloc,
-                                           len(live) > 1 or bool(live) and space not in live)
+            clash = registry.insert_locked(ptr, ptr + size, alloc, len(live) > 1 or bool(live) and space not in live)
             if not clash:
                 live[space] = live.get(space, 0) + 1
         if clash:
             _place_aside(rt, alloc, pool, queue, space)
     except BaseException:
-        pool.give(alloc.pool_block)  # type: ignore[arg-type]
+        pool.give(alloc.pool_block)
         raise
     ctx.owned_objects[id(alloc)] = alloc
     if tracker.on:
@@ -297,8 +320,7 @@ def allocate(ctx: GenericContext, device: GenericDevice | None, size: Any, kind:
     return alloc
 
 
-def _place_aside(rt: Runtime, alloc: Allocation, pool: CachingAllocator, queue: QueueCore | None,
-                 space: str) -> None:
+def _place_aside(rt: Runtime, alloc: Allocation, pool: CachingAllocator, queue: QueueCore | None, space: str) -> None:
     """Two backends handed out overlapping addresses: keep colliding blocks aside (so the backend
     cannot return them again) and ask for others, as liboffload does.  On return ``alloc`` holds
     a block that is registered; on an error, the block it holds is the caller's to give back."""
@@ -316,14 +338,16 @@ def _place_aside(rt: Runtime, alloc: Allocation, pool: CachingAllocator, queue: 
                     return
             held.append(block)
         raise OutOfResourcesError(
-            f"backend {alloc.context.backend!r} keeps returning addresses that collide with live allocations")
+            f"backend {alloc.context.backend!r} keeps returning addresses that collide with live allocations"
+        )
     finally:
         for aside in held:
             pool.give(aside)
 
 
-def register_external(rt: Runtime, ptr: int, size: int, kind: AllocKind, device: GenericDevice | None,
-                      ctx: GenericContext, owner: Any) -> Allocation:
+def register_external(
+    rt: Runtime, ptr: int, size: int, kind: AllocKind, device: GenericDevice | None, ctx: GenericContext, owner: Any
+) -> Allocation:
     """Record memory pyoffload did not allocate (a global, a foreign buffer): ``mem_info``, copies
     and launches resolve it; ``free`` refuses it.  ``owner`` is kept alive while it is recorded."""
     size = check_size(size)
@@ -335,7 +359,8 @@ def register_external(rt: Runtime, ptr: int, size: int, kind: AllocKind, device:
     clash = rt.registry.insert(ptr, ptr + size, alloc, True)
     if clash:
         raise InvalidArgumentError(
-            f"memory at 0x{ptr:x}+{size} overlaps {clash[0][2]!r}, which pyoffload already knows")
+            f"memory at 0x{ptr:x}+{size} overlaps {clash[0][2]!r}, which pyoffload already knows"
+        )
     return alloc
 
 
@@ -385,8 +410,9 @@ def _runtime_or_not_found(what: str, ptr: int) -> Runtime:
     rt = active()
     if rt is None:
         if _runtime.was_shut_down():
-            raise OffloadError(f"{what}: pyoffload was shut down; pointer 0x{ptr:x} belonged to that runtime",
-                               Errc.UNINITIALIZED)
+            raise OffloadError(
+                f"{what}: pyoffload was shut down; pointer 0x{ptr:x} belonged to that runtime", Errc.UNINITIALIZED
+            )
         raise NotFoundError(f"{what}: pointer 0x{ptr:x} is not in any live allocation (pyoffload is not initialised)")
     if not rt.alive:
         raise dead_runtime_error(rt)
@@ -411,11 +437,11 @@ def mem_info(ptr: Allocation | int) -> MemInfo:
             lookup(ptr, "mem_info")  # raises the right error
             raise AssertionError("unreachable")
         a = hit[2]
-        return _tuple_new(MemInfo, (a.ptr, a.size, a.kind, a.device, a.context, ptr - a.ptr, a))  # type: ignore[no-any-return]
+        return _tuple_new(MemInfo, (a.ptr, a.size, a.kind, a.device, a.context, ptr - a.ptr, a))
     if isinstance(ptr, Allocation):
         if not ptr.live:
             raise InvalidArgumentError(f"mem_info: {ptr!r} was freed")
-        return _tuple_new(MemInfo, (ptr.ptr, ptr.size, ptr.kind, ptr.device, ptr.context, 0, ptr))  # type: ignore[no-any-return]
+        return _tuple_new(MemInfo, (ptr.ptr, ptr.size, ptr.kind, ptr.device, ptr.context, 0, ptr))
     if isinstance(ptr, int) and not isinstance(ptr, bool):
         return mem_info(operator.index(ptr))
     raise TypeError(f"mem_info takes an Allocation or a pointer (int), got {got(ptr)}")
@@ -438,7 +464,8 @@ def resolve(target: Any, what: str, kind: AllocKind | None = None) -> Allocation
         alloc, offset = lookup(ptr, what)
         if offset:
             raise InvalidArgumentError(
-                f"{what}: pointer 0x{ptr:x} points {offset} bytes into {alloc!r}; free takes the base pointer")
+                f"{what}: pointer 0x{ptr:x} points {offset} bytes into {alloc!r}; free takes the base pointer"
+            )
     elif isinstance(target, Allocation):
         alloc = target
     else:
@@ -482,7 +509,8 @@ def _claim_locked(alloc: Allocation, what: str) -> None:
         alloc.exportable = alloc.host_accessible
         raise InvalidArgumentError(
             f"{what}: {alloc!r} is still exported {alloc.exports} time(s) (memoryviews, arrays, views, DLPack); "
-            "release them first")
+            "release them first"
+        )
     alloc.live = False
 
 

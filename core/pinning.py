@@ -37,7 +37,8 @@ def lock(device: GenericDevice, buffer: Any, read_only: bool = False) -> int:
             if over:
                 b, e, _ = over[0]
                 raise InvalidArgumentError(
-                    f"lock: range 0x{addr:x}+{size} would extend the locked range 0x{b:x}+{e - b}")
+                    f"lock: range 0x{addr:x}+{size} would extend the locked range 0x{b:x}+{e - b}"
+                )
             entry = _external_range(device, addr, size)
             if entry is None:
                 dev_ptr = device.disp.data_lock_impl(device.handle, addr, size)
@@ -63,7 +64,8 @@ def _external_range(device: GenericDevice, addr: int, size: int) -> PinnedRange 
     base, length, dev_base = (int(v) for v in found)
     if addr + size > base + length:
         raise InvalidArgumentError(
-            f"lock: range 0x{addr:x}+{size} extends beyond externally pinned memory 0x{base:x}+{length}")
+            f"lock: range 0x{addr:x}+{size} extends beyond externally pinned memory 0x{base:x}+{length}"
+        )
     return PinnedRange(base, length, dev_base, external=True)
 
 
@@ -85,7 +87,8 @@ def unlock(device: GenericDevice, buffer: Any) -> None:
         else:
             raise InvalidArgumentError(
                 f"unlock: host range 0x{addr:x}+{size} was not locked itself (it lies inside the locked "
-                f"range 0x{entry.base:x}+{entry.size}); unlock the buffer that was locked")
+                f"range 0x{entry.base:x}+{entry.size}); unlock the buffer that was locked"
+            )
         if len(entry.holds) == 1 and not entry.external:
             device.disp.data_unlock_impl(device.handle, entry.base)
         del entry.holds[i]

@@ -109,12 +109,34 @@ class PoolStats:
 class CachingAllocator:
     """Cached blocks of one (context, device, kind)."""
 
-    __slots__ = ("_alloc", "backend_free", "max_request", "limit", "on_exhausted", "_lock", "_lists", "_sizes",
-                 "_segments", "in_use", "reserved", "peak_in_use", "peak_reserved", "allocations", "hits",
-                 "backend_allocs", "backend_frees", "__weakref__")
+    __slots__ = (
+        "_alloc",
+        "backend_free",
+        "max_request",
+        "limit",
+        "on_exhausted",
+        "_lock",
+        "_lists",
+        "_sizes",
+        "_segments",
+        "in_use",
+        "reserved",
+        "peak_in_use",
+        "peak_reserved",
+        "allocations",
+        "hits",
+        "backend_allocs",
+        "backend_frees",
+        "__weakref__",
+    )
 
-    def __init__(self, backend_alloc: Callable[[int], int], backend_free: Callable[[int], None],
-                 max_request: int | None, on_exhausted: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self,
+        backend_alloc: Callable[[int], int],
+        backend_free: Callable[[int], None],
+        max_request: int | None,
+        on_exhausted: Callable[[], int] | None = None,
+    ) -> None:
         self._alloc = backend_alloc
         self.backend_free = backend_free
         self.on_exhausted = on_exhausted
@@ -273,8 +295,8 @@ class CachingAllocator:
                     return
                 if attempt:
                     raise OutOfResourcesError(
-                        f"memory pool limit of {limit} bytes reached ({self.reserved} reserved, "
-                        f"{size} more needed)")
+                        f"memory pool limit of {limit} bytes reached ({self.reserved} reserved, {size} more needed)"
+                    )
             self.trim()
 
     def _grow(self, need: int) -> Block:
@@ -394,8 +416,14 @@ class CachingAllocator:
     def stats(self) -> PoolStats:
         with self._lock:
             return PoolStats(
-                in_use_bytes=self.in_use, cached_bytes=self.reserved - self.in_use, reserved_bytes=self.reserved,
-                peak_in_use_bytes=self.peak_in_use, peak_reserved_bytes=self.peak_reserved,
-                segments=len(self._segments), allocations=self.allocations, cache_hits=self.hits,
-                backend_allocs=self.backend_allocs, backend_frees=self.backend_frees,
+                in_use_bytes=self.in_use,
+                cached_bytes=self.reserved - self.in_use,
+                reserved_bytes=self.reserved,
+                peak_in_use_bytes=self.peak_in_use,
+                peak_reserved_bytes=self.peak_reserved,
+                segments=len(self._segments),
+                allocations=self.allocations,
+                cache_hits=self.hits,
+                backend_allocs=self.backend_allocs,
+                backend_frees=self.backend_frees,
             )

@@ -66,8 +66,9 @@ class Program:
         context.check_alive()
         context.check_device(device, "load_program")
         if isinstance(image, str):
-            raise TypeError(f"load_program takes the image's bytes, got {got(image)}; "
-                            "to build source, use Device.build_program")
+            raise TypeError(
+                f"load_program takes the image's bytes, got {got(image)}; to build source, use Device.build_program"
+            )
         try:
             data = bytes(memoryview(image))  # our own copy: the caller's buffer need not outlive it
             # (through memoryview: bytes(42) would be 42 zero bytes, and a list of ints an image)
@@ -132,8 +133,9 @@ class Program:
         kernel = self.kernel(name) if self.state is LOADED else Kernel(self, name, self._kernel_handle(name))
         queue = self.context.internal_queue(self.device)
         args = kernel.packed(())
-        seq = queue.enqueue("launch_impl", (self.device.handle, queue.handle, kernel.handle,
-                                                     (1, 1, 1), (1, 1, 1), args))
+        seq = queue.enqueue(
+            "launch_impl", (self.device.handle, queue.handle, kernel.handle, (1, 1, 1), (1, 1, 1), args)
+        )
         queue.wait_for(seq)
 
     def unload(self) -> None:
@@ -148,14 +150,18 @@ class Program:
             if exported:
                 raise InvalidArgumentError(
                     f"unload: {self!r} has globals still exported ({exported}: memoryviews, arrays, views, DLPack "
-                    "consumers of their allocation); release them first")
+                    "consumers of their allocation); release them first"
+                )
             self.state = UNLOADING  # no new launch from here on (see Queue.launch)
         self._release(at_exit=False)
 
     def _exported_globals(self) -> str:
         """The globals with live exports, as ``'name' (n exports)``, comma-separated; empty if none."""
-        return ", ".join(f"{g.name!r} ({g.allocation.exports} export{'s' if g.allocation.exports != 1 else ''})"
-                         for g in list(self._globals.values()) if g.allocation.exports)
+        return ", ".join(
+            f"{g.name!r} ({g.allocation.exports} export{'s' if g.allocation.exports != 1 else ''})"
+            for g in list(self._globals.values())
+            if g.allocation.exports
+        )
 
     def _release(self, at_exit: bool) -> None:
         # Launches of our kernels, and copies, fills and launches that use our globals.
@@ -169,8 +175,9 @@ class Program:
                 if queue.live:
                     if at_exit:
                         if not queue.drain_within(EXIT_WAIT_SECONDS):
-                            raise OffloadError(f"{queue!r} still runs work of {self!r} at exit: leaked",
-                                               Errc.BACKEND_FAILURE)
+                            raise OffloadError(
+                                f"{queue!r} still runs work of {self!r} at exit: leaked", Errc.BACKEND_FAILURE
+                            )
                         continue
                     queue.settle(seq)  # raises (and the program stays loaded) if it cannot tell
         except BaseException:
@@ -200,9 +207,13 @@ class Program:
             if not exported:
                 self.disp.unload_binary_impl(self.device.handle, self.handle)
             elif not at_exit:
-                warn_teardown(f"unloading {self!r}", RuntimeError(
-                    f"its globals are still exported ({exported}): the image stays loaded (leaked) rather than "
-                    "unmapped under them"))
+                warn_teardown(
+                    f"unloading {self!r}",
+                    RuntimeError(
+                        f"its globals are still exported ({exported}): the image stays loaded (leaked) rather than "
+                        "unmapped under them"
+                    ),
+                )
         finally:
             self.state = UNLOADED
             self.users.clear()
@@ -287,8 +298,9 @@ class Program:
                 g = self._globals.get(name)
                 if g is None:
                     addr, size = self.disp.get_global_impl(self.device.handle, self.handle, name)
-                    alloc = register_external(self.rt, int(addr), int(size), AllocKind.DEVICE, self.device,
-                                              self.context, self)
+                    alloc = register_external(
+                        self.rt, int(addr), int(size), AllocKind.DEVICE, self.device, self.context, self
+                    )
                     g = self._globals[name] = GlobalVariable(self, name, alloc)
         return g
 
@@ -373,8 +385,10 @@ class Kernel:
         block = min(limit // multiple * multiple, -(-n // multiple) * multiple)
         grid = -(-n // block)
         if grid > self.program.device.limits.grid[0]:
-            raise InvalidSizeError(f"launch_size: {n} work-items need {grid} work-groups of {block}, more than "
-                                   f"{self.program.device.id} allows (info 'max_grid_size')")
+            raise InvalidSizeError(
+                f"launch_size: {n} work-items need {grid} work-groups of {block}, more than "
+                f"{self.program.device.id} allows (info 'max_grid_size')"
+            )
         return grid, block
 
     def __repr__(self) -> str:
@@ -422,7 +436,8 @@ class GlobalVariable:
             raise InvalidSizeError("write: data is empty")
         if offset + mv.nbytes > self.size:
             raise InvalidSizeError(
-                f"write of {mv.nbytes} bytes at offset {offset} overruns global {self.name!r} ({self.size} bytes)")
+                f"write of {mv.nbytes} bytes at offset {offset} overruns global {self.name!r} ({self.size} bytes)"
+            )
         memcpy(self.allocation.ptr + offset, mv, mv.nbytes)
 
     def __repr__(self) -> str:

@@ -20,7 +20,7 @@ from .enums import AllocKind
 from .errors import InvalidArgumentError, got
 from .launch import Binder, binder, dimensions
 from .memory import Allocation, allocate, claim, release, unclaim
-from .program import Kernel, Program
+from .program import Kernel
 from .queue_core import Marker, QueueCore, waiter
 from .transfer import memcpy, memfill
 
@@ -32,8 +32,9 @@ class Queue(QueueCore):
 
     teardown_rank = 1
 
-    def __init__(self, context: GenericContext, device: GenericDevice, profiling: bool = False,
-                 native: Any = None) -> None:
+    def __init__(
+        self, context: GenericContext, device: GenericDevice, profiling: bool = False, native: Any = None
+    ) -> None:
         context.check_alive()
         context.check_device(device, "create_queue")
         super().__init__(device, context, profiling, f"pyoffload.Queue on {device.id}", native)
@@ -46,8 +47,9 @@ class Queue(QueueCore):
             raise
 
     @classmethod
-    def from_native(cls, native: Any, device: GenericDevice, context: GenericContext | None = None,
-                    profiling: bool = False) -> Queue:
+    def from_native(
+        cls, native: Any, device: GenericDevice, context: GenericContext | None = None, profiling: bool = False
+    ) -> Queue:
         """Wrap a stream or command queue another library created on ``device`` (an int address
         or the library's object, as the backend accepts); destroying the Queue leaves it alone."""
         if native is None:
@@ -156,16 +158,19 @@ class Queue(QueueCore):
         prog = kernel.program
         if prog.device is not self.device or prog.context is not self.context:
             raise self._foreign_kernel("launch", kernel)
-        seq = self.enqueue_launch(prog, allocs, self.disp.raw.launch_impl,
-                                  (self.dh, self.handle, kernel.handle, g, b, packed))
+        seq = self.enqueue_launch(
+            prog, allocs, self.disp.raw.launch_impl, (self.dh, self.handle, kernel.handle, g, b, packed)
+        )
         return self.event_for(seq)
 
     def _foreign_kernel(self, what: str, kernel: Kernel) -> InvalidArgumentError:
         prog = kernel.program
         if prog.device is not self.device:
             return InvalidArgumentError(f"{what}: {kernel!r} is loaded on {prog.device.id}, not {self.device.id}")
-        return InvalidArgumentError(f"{what}: {kernel!r} is loaded in {prog.context!r}, not in this queue's "
-                                    f"{self.context!r}: load the program in the queue's context")
+        return InvalidArgumentError(
+            f"{what}: {kernel!r} is loaded in {prog.context!r}, not in this queue's "
+            f"{self.context!r}: load the program in the queue's context"
+        )
 
     def _checked_dims(self, grid: Any, block: Any) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
         dims = dimensions(self.device, grid, block)
@@ -236,8 +241,9 @@ class Queue(QueueCore):
             assert pool is not None
             alloc.source_pool = None
             release(alloc)
-            if not self.disp.data_free_async_impl(self.context.handle, alloc.device.handle if alloc.device else None,
-                                                   self.handle, block.ptr, alloc.kind):
+            if not self.disp.data_free_async_impl(
+                self.context.handle, alloc.device.handle if alloc.device else None, self.handle, block.ptr, alloc.kind
+            ):
                 self.after(seq, lambda: pool.give(block))
             return self.event_for(seq)
         release(alloc, self, seq)
@@ -261,14 +267,31 @@ class PreparedLaunch:
 
     __slots__ = (
         # set once by __init__, then read-only
-        "queue", "kernel", "_program", "grid", "block", "args", "_allocs", "_fast", "_binder",
+        "queue",
+        "kernel",
+        "_program",
+        "grid",
+        "block",
+        "args",
+        "_allocs",
+        "_fast",
+        "_binder",
         # (epoch, function one launch calls): replaced as a whole by _revalidate, read without a
         # lock (a tuple is published in one store: readers see an old pair or the new one)
         "_checked",
     )
 
-    def __init__(self, queue: Queue, kernel: Kernel, grid: tuple[int, int, int], block: tuple[int, int, int],
-                 args: Any, allocs: tuple[Allocation, ...], fast: Callable[[], None] | None, bind: Binder) -> None:
+    def __init__(
+        self,
+        queue: Queue,
+        kernel: Kernel,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        args: Any,
+        allocs: tuple[Allocation, ...],
+        fast: Callable[[], None] | None,
+        bind: Binder,
+    ) -> None:
         self.queue = queue
         self.kernel = kernel
         self._program = kernel.program
@@ -347,10 +370,12 @@ class Event:
         if a.device is not b.device:
             raise InvalidArgumentError(
                 f"elapsed_ms between events of {a.device.id} and {b.device.id}: timestamps of different "
-                "devices cannot be compared")
+                "devices cannot be compared"
+            )
         if start.marker is None or self.marker is None:
             raise InvalidArgumentError(
-                "elapsed_ms needs events with timestamps: from queues created with profiling=True, or Queue.record()")
+                "elapsed_ms needs events with timestamps: from queues created with profiling=True, or Queue.record()"
+            )
         start.wait()
         self.wait()
         # The operations are done, but an event's own timestamp may still be pending where
@@ -362,4 +387,3 @@ class Event:
     def __repr__(self) -> str:
         state = "complete" if self.seq <= self.queue.done else "pending"
         return f"<pyoffload.Event #{self.seq} on {self.queue.device.id} {state}>"
-

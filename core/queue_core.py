@@ -119,8 +119,18 @@ class QueueCore:
 
     __slots__ = (
         # set once by __init__, then read-only
-        "device", "context", "profiling", "_name", "disp", "dh", "rt", "handle",
-        "_native_host_functions", "_native_waits", "_lock", "_moved",
+        "device",
+        "context",
+        "profiling",
+        "_name",
+        "disp",
+        "dh",
+        "rt",
+        "handle",
+        "_native_host_functions",
+        "_native_waits",
+        "_lock",
+        "_moved",
         # guarded by self._lock
         "live",  # not destroyed
         "seq",  # operations enqueued (the last sequence number given out)
@@ -194,8 +204,9 @@ class QueueCore:
 
     # -- enqueueing -------------------------------------------------------------------------
 
-    def _submit_locked(self, hook: str, fn: Callable[..., Any], args: tuple[Any, ...],
-                       fallback: Callable[[], None] | None) -> int:
+    def _submit_locked(
+        self, hook: str, fn: Callable[..., Any], args: tuple[Any, ...], fallback: Callable[[], None] | None
+    ) -> int:
         """Hand one operation to the backend (or to the backlog); its sequence number (lock held).
         Nothing in the ledger changes unless the backend took it."""
         seq = self.seq + 1
@@ -213,8 +224,14 @@ class QueueCore:
             self.seq = seq
         return seq
 
-    def enqueue(self, hook: str, args: tuple[Any, ...], hold: Any = None, mark: bool = True,
-                fallback: Callable[[], None] | None = None) -> int:
+    def enqueue(
+        self,
+        hook: str,
+        args: tuple[Any, ...],
+        hold: Any = None,
+        mark: bool = True,
+        fallback: Callable[[], None] | None = None,
+    ) -> int:
         """Enqueue one operation whose backend part is the enqueue hook ``hook`` called with
         ``args``; return its sequence number.  ``hold`` is kept alive until the operation completes (a host buffer it
         reads or writes); a marker is recorded after it so that the hold is released as soon as
@@ -446,8 +463,13 @@ class QueueCore:
             seq = self.seq + 1
             fence = self._fence_locked()
             ordered = False
-            if (native and len(native) == len(events) and self.backlog is None and self._native_waits
-                    and not self._syncs):
+            if (
+                native
+                and len(native) == len(events)
+                and self.backlog is None
+                and self._native_waits
+                and not self._syncs
+            ):
                 ordered = bool(self.disp.queue_wait_events_impl(self.dh, self.handle, native))
             waits = list(foreign)
             if not ordered:
@@ -583,7 +605,9 @@ class QueueCore:
         if running is not None and running[0] is self and seq >= running[1]:
             raise OffloadError(
                 f"a host function of {self._name} waits for that queue's own later work, which "
-                "cannot start before the host function returns", Errc.INVALID_QUEUE)
+                "cannot start before the host function returns",
+                Errc.INVALID_QUEUE,
+            )
 
     def wait_for(self, seq: int) -> None:
         """Block until operation ``seq`` has completed; raise if it (a host function) failed."""
@@ -772,7 +796,11 @@ class QueueCore:
         with self._lock:  # the ledger is emptied in one step
             markers, deferred, errors = self._markers, self._deferred, self._unreported
             self._markers, self._holds, self._deferred, self._unreported = (
-                collections.deque(), collections.deque(), collections.deque(), [])
+                collections.deque(),
+                collections.deque(),
+                collections.deque(),
+                [],
+            )
             self.done = self.seq
         for m in markers:
             m.retired = True

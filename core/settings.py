@@ -139,35 +139,58 @@ class Variable:
 
 
 VARIABLES: tuple[Variable, ...] = (
-    Variable("PYOFFLOAD_PLUGINS",
-             "allow-list of backends, comma-separated; the built-in host backend is always allowed, "
-             "so an empty list means the host backend only",
-             lambda: names("PYOFFLOAD_PLUGINS")),
-    Variable("PYOFFLOAD_DEVICES",
-             "device selector per backend, e.g. `opencl:0,1;cuda:*`; backends not named keep no device "
-             "(the host device is always kept)",
-             device_selector),
-    Variable("PYOFFLOAD_TRACE", "log every hook call (structlog, logger `pyoffload`, level DEBUG)",
-             lambda: flag("PYOFFLOAD_TRACE")),
-    Variable("PYOFFLOAD_POOL_THRESHOLD",
-             "largest request (bytes) the caching allocator serves; unset: every size; 0: pool off",
-             lambda: integer("PYOFFLOAD_POOL_THRESHOLD", None)),
-    Variable("PYOFFLOAD_TRACK_ALLOCATIONS",
-             "record where each allocation was made; report statistics and leaks (LeakWarning) at shutdown",
-             lambda: flag("PYOFFLOAD_TRACK_ALLOCATIONS")),
-    Variable("PYOFFLOAD_CACHE_DIR", "where `build_program` keeps built images (default: the user cache directory)",
-             lambda: text("PYOFFLOAD_CACHE_DIR")),
-    Variable("PYOFFLOAD_BUILD_CACHE", "`build_program` reuses cached images (default on; 0 builds every time)",
-             lambda: flag("PYOFFLOAD_BUILD_CACHE", True)),
-    Variable("PYOFFLOAD_EXIT_TIMEOUT",
-             "seconds interpreter exit waits for a queue's unfinished work before leaking what it uses "
-             "(default 10)", lambda: integer("PYOFFLOAD_EXIT_TIMEOUT", 10)),
-    Variable("PYOFFLOAD_HOST_THREADS",
-             "threads that run a data-parallel host kernel's work-groups (default: `os.cpu_count()`)",
-             lambda: integer("PYOFFLOAD_HOST_THREADS", None, minimum=1)),
-    Variable("PYOFFLOAD_RUN_KNOWN_FAILURES",
-             "run the conformance tests a backend declared as known failures instead of skipping them",
-             lambda: flag("PYOFFLOAD_RUN_KNOWN_FAILURES")),
+    Variable(
+        "PYOFFLOAD_PLUGINS",
+        "allow-list of backends, comma-separated; the built-in host backend is always allowed, "
+        "so an empty list means the host backend only",
+        lambda: names("PYOFFLOAD_PLUGINS"),
+    ),
+    Variable(
+        "PYOFFLOAD_DEVICES",
+        "device selector per backend, e.g. `opencl:0,1;cuda:*`; backends not named keep no device "
+        "(the host device is always kept)",
+        device_selector,
+    ),
+    Variable(
+        "PYOFFLOAD_TRACE",
+        "log every hook call (structlog, logger `pyoffload`, level DEBUG)",
+        lambda: flag("PYOFFLOAD_TRACE"),
+    ),
+    Variable(
+        "PYOFFLOAD_POOL_THRESHOLD",
+        "largest request (bytes) the caching allocator serves; unset: every size; 0: pool off",
+        lambda: integer("PYOFFLOAD_POOL_THRESHOLD", None),
+    ),
+    Variable(
+        "PYOFFLOAD_TRACK_ALLOCATIONS",
+        "record where each allocation was made; report statistics and leaks (LeakWarning) at shutdown",
+        lambda: flag("PYOFFLOAD_TRACK_ALLOCATIONS"),
+    ),
+    Variable(
+        "PYOFFLOAD_CACHE_DIR",
+        "where `build_program` keeps built images (default: the user cache directory)",
+        lambda: text("PYOFFLOAD_CACHE_DIR"),
+    ),
+    Variable(
+        "PYOFFLOAD_BUILD_CACHE",
+        "`build_program` reuses cached images (default on; 0 builds every time)",
+        lambda: flag("PYOFFLOAD_BUILD_CACHE", True),
+    ),
+    Variable(
+        "PYOFFLOAD_EXIT_TIMEOUT",
+        "seconds interpreter exit waits for a queue's unfinished work before leaking what it uses (default 10)",
+        lambda: integer("PYOFFLOAD_EXIT_TIMEOUT", 10),
+    ),
+    Variable(
+        "PYOFFLOAD_HOST_THREADS",
+        "threads that run a data-parallel host kernel's work-groups (default: `os.cpu_count()`)",
+        lambda: integer("PYOFFLOAD_HOST_THREADS", None, minimum=1),
+    ),
+    Variable(
+        "PYOFFLOAD_RUN_KNOWN_FAILURES",
+        "run the conformance tests a backend declared as known failures instead of skipping them",
+        lambda: flag("PYOFFLOAD_RUN_KNOWN_FAILURES"),
+    ),
 )
 
 

@@ -62,12 +62,18 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("device", devs, ids=[d.id for d in devs])
     if "device_pair" in metafunc.fixturenames:
         pairs = _pairs()
-        metafunc.parametrize("device_pair", _or_skip(pairs, "needs two devices of one platform"),
-                             ids=[f"{a.id}+{b.index}" for a, b in pairs] or ["none"])
+        metafunc.parametrize(
+            "device_pair",
+            _or_skip(pairs, "needs two devices of one platform"),
+            ids=[f"{a.id}+{b.index}" for a, b in pairs] or ["none"],
+        )
     if "cross_pair" in metafunc.fixturenames:
         pairs = _cross()
-        metafunc.parametrize("cross_pair", _or_skip(pairs, "needs a non-host backend"),
-                             ids=[f"{a.id}+{b.id}" for a, b in pairs] or ["none"])
+        metafunc.parametrize(
+            "cross_pair",
+            _or_skip(pairs, "needs a non-host backend"),
+            ids=[f"{a.id}+{b.id}" for a, b in pairs] or ["none"],
+        )
 
 
 def _item_device(item: pytest.Item) -> Any:
@@ -94,8 +100,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     dev = _device_of.get(report.nodeid, "(no device)")
-    if report.when == "call" or (report.when == "setup" and report.outcome != "passed") or (
-        report.when == "teardown" and report.outcome == "failed"
+    if (
+        report.when == "call"
+        or (report.when == "setup" and report.outcome != "passed")
+        or (report.when == "teardown" and report.outcome == "failed")
     ):
         _results[dev][report.outcome] += 1
 

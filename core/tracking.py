@@ -91,7 +91,6 @@ class Tracker:
         made, freed = hit
         return f" (allocated at {made}, freed at {freed})"
 
-
     def report(self, live: Iterable[Any]) -> None:
         """Print the statistics and the allocations still alive; warn LeakWarning if any are."""
         if not self.on:
@@ -109,5 +108,8 @@ class Tracker:
             print(f"  leaked: {len(leaked)} allocations", file=out)
             for alloc in leaked:
                 print(f"    {alloc!r} allocated at {alloc.origin}", file=out)
-            warnings.warn(f"pyoffload: {len(leaked)} allocation(s) still alive at shutdown (listed above)",
-                          LeakWarning, stacklevel=2)
+            warnings.warn(
+                f"pyoffload: {len(leaked)} allocation(s) still alive at shutdown (listed above)",
+                LeakWarning,
+                stacklevel=2,
+            )

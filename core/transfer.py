@@ -95,7 +95,8 @@ def resolve(obj: Any, role: str, writable: bool) -> End:
             if pinned is None:
                 raise NotFoundError(
                     f"{role}: pointer 0x{ptr:x} is neither in a live allocation nor in pinned host memory"
-                    f"{rt.tracker.history(ptr)}")
+                    f"{rt.tracker.history(ptr)}"
+                )
             end.addr, end.avail, end.writable = pinned
             if writable and not end.writable:
                 raise InvalidArgumentError(f"{role}: pointer 0x{ptr:x} is in host memory locked read-only")
@@ -316,7 +317,13 @@ def _staged(d: End, s: End, size: int) -> None:
 def _sub(end: End, offset: int) -> End:
     out = _new_end(End)
     out.addr, out.avail = end.addr + offset, end.avail - offset
-    out.alloc, out.device, out.ctx, out.host_ok, out.writable = end.alloc, end.device, end.ctx, end.host_ok, end.writable
+    out.alloc, out.device, out.ctx, out.host_ok, out.writable = (
+        end.alloc,
+        end.device,
+        end.ctx,
+        end.host_ok,
+        end.writable,
+    )
     if end.hv is not None:
         out.hv = HostView(end.hv.view[offset:], end.hv.address + offset, end.hv.readonly)
     return out
@@ -383,8 +390,11 @@ def memfill(ptr: Any, pattern: Any, size: Any = None, queue: QueueCore | None = 
         return queue.event_for(0)  # type: ignore[attr-defined]
     if native and end.device is not None and not end.device.host_memory:
         try:
-            seq = queue.enqueue("data_fill_impl", (queue.dh, queue.handle, end.addr, pat, size),
-                                fallback=lambda: _fill_now(end, pat, size))
+            seq = queue.enqueue(
+                "data_fill_impl",
+                (queue.dh, queue.handle, end.addr, pat, size),
+                fallback=lambda: _fill_now(end, pat, size),
+            )
             _record_use(end, queue, seq)
             return queue.event_for(seq)  # type: ignore[attr-defined]
         except UnsupportedError:
@@ -445,8 +455,7 @@ def prefetch(ptr: Any, size: Any, to: GenericDevice | None = None, queue: QueueC
         return queue.event_for(seq)  # type: ignore[attr-defined]
     if managed and dev is not None and end.ctx is not None:
         internal = end.ctx.internal_queue(dev)
-        seq = internal.enqueue("data_prefetch_impl",
-                               (dev.handle, internal.handle, end.addr, size, to is not None))
+        seq = internal.enqueue("data_prefetch_impl", (dev.handle, internal.handle, end.addr, size, to is not None))
         internal.wait_until(seq)
     return None
 

@@ -93,8 +93,9 @@ def uncount_device_export(a: Allocation) -> None:
         a.dl_exports -= 1
 
 
-def layout(alloc: Allocation, dt: np.dtype[Any], shape: Any, offset: Any,
-           what: str) -> tuple[tuple[int, ...], int, int]:
+def layout(
+    alloc: Allocation, dt: np.dtype[Any], shape: Any, offset: Any, what: str
+) -> tuple[tuple[int, ...], int, int]:
     """``(dims, item count, offset)`` of a typed view of ``alloc``, checked to fit in it exactly."""
     offset = check_size(offset, f"{what} offset", allow_zero=True)
     if offset > alloc.size:
@@ -110,7 +111,8 @@ def layout(alloc: Allocation, dt: np.dtype[Any], shape: Any, offset: Any,
         count *= d
     if offset + count * dt.itemsize > alloc.size:
         raise InvalidSizeError(
-            f"{what} of {dims} {dt} ({count * dt.itemsize} bytes) at offset {offset} overruns {alloc!r}")
+            f"{what} of {dims} {dt} ({count * dt.itemsize} bytes) at offset {offset} overruns {alloc!r}"
+        )
     return dims, count, offset
 
 
@@ -135,8 +137,9 @@ class TypedView:
 
     __slots__ = ("allocation", "dtype", "shape", "offset", "owner", "_device_export")
 
-    def __init__(self, allocation: Allocation, dtype: Any, shape: Any = None, offset: int = 0,
-                 owner: Any = None) -> None:
+    def __init__(
+        self, allocation: Allocation, dtype: Any, shape: Any = None, offset: int = 0, owner: Any = None
+    ) -> None:
         if not allocation.live:
             raise InvalidArgumentError(f"typed: {allocation!r} was freed")
         dt = np.dtype(dtype)
@@ -146,8 +149,14 @@ class TypedView:
         self.allocation, self.dtype, self.shape, self.offset, self.owner = allocation, dt, dims, offset, owner
         self._device_export: _DeviceExport | None = None
 
-    def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
-                   dl_device: Any = None, copy: bool | None = None) -> Any:
+    def __dlpack__(
+        self,
+        *,
+        stream: Any = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: Any = None,
+        copy: bool | None = None,
+    ) -> Any:
         a = self.allocation
         if not a.live:
             raise BufferError(f"{a!r} was freed")
@@ -176,8 +185,9 @@ class TypedView:
                 uncount_device_export(a)
 
         versioned = max_version is not None and tuple(max_version) >= dlpack.VERSION
-        return dlpack.make_capsule(a.ptr + self.offset, here, self.dtype, self.shape, bool(a.readonly), versioned,
-                                   on_release)
+        return dlpack.make_capsule(
+            a.ptr + self.offset, here, self.dtype, self.shape, bool(a.readonly), versioned, on_release
+        )
 
     def _host_copy(self) -> np.ndarray:
         a = self.allocation
@@ -211,8 +221,7 @@ class TypedView:
         except BufferError:
             a.check_host("__array_interface__")  # freed meanwhile: the same error as above
             raise
-        return {"shape": self.shape, "typestr": self.dtype.str, "descr": self.dtype.descr,
-                "data": data, "version": 3}
+        return {"shape": self.shape, "typestr": self.dtype.str, "descr": self.dtype.descr, "data": data, "version": 3}
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
@@ -229,9 +238,15 @@ class TypedView:
         users = a.users or {}
         pending = [(seq, q) for q, seq in users.items() if q.live and seq > q.done]
         stream = max(pending, key=lambda p: p[0])[1].native if pending else None
-        return {"shape": self.shape, "typestr": self.dtype.str, "descr": self.dtype.descr,
-                "data": (a.ptr + self.offset, bool(a.readonly)), "version": 3, "strides": None,
-                "stream": stream if isinstance(stream, int) else None}
+        return {
+            "shape": self.shape,
+            "typestr": self.dtype.str,
+            "descr": self.dtype.descr,
+            "data": (a.ptr + self.offset, bool(a.readonly)),
+            "version": 3,
+            "strides": None,
+            "stream": stream if isinstance(stream, int) else None,
+        }
 
     def __repr__(self) -> str:
         return f"<pyoffload.TypedView {self.shape} {self.dtype} at +{self.offset} of {self.allocation!r}>"

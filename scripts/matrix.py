@@ -52,19 +52,49 @@ def rows() -> list[Row]:
     plugins = {p.name for p in (ROOT / "plugins").iterdir() if (p / "pyproject.toml").exists()}
     if "opencl" in plugins:
         out.append(("opencl-1dev", {"PYOFFLOAD_PLUGINS": "opencl", "POCL_DEVICES": "pthread"}, CONFORMANCE, "opencl"))
-        out.append(("opencl-2dev", {"PYOFFLOAD_PLUGINS": "opencl", "POCL_DEVICES": "pthread pthread"}, CONFORMANCE, "opencl"))
+        out.append(
+            ("opencl-2dev", {"PYOFFLOAD_PLUGINS": "opencl", "POCL_DEVICES": "pthread pthread"}, CONFORMANCE, "opencl")
+        )
     if "cuda" in plugins:
         out.append(("cuda-fake", {"PYOFFLOAD_PLUGINS": "cuda", "PYOFFLOAD_CUDA_DRIVER": "fake"}, CONFORMANCE, "cuda"))
     if "amdgpu" in plugins:
-        out.append(("amdgpu-fake", {"PYOFFLOAD_PLUGINS": "amdgpu", "PYOFFLOAD_AMDGPU_DRIVER": "fake"}, CONFORMANCE, "amdgpu"))
+        out.append(
+            ("amdgpu-fake", {"PYOFFLOAD_PLUGINS": "amdgpu", "PYOFFLOAD_AMDGPU_DRIVER": "fake"}, CONFORMANCE, "amdgpu")
+        )
     full: list[Row] = [(*row, py, (py,)) for row in out]
     if "mpi" in plugins and shutil.which("mpirun"):
         # Loopback TCP and shared memory only; the job's ranks outnumber the cores, hence --oversubscribe.
-        mpirun = ("mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "mtl", "^ofi,psm,psm2",
-                  "--mca", "btl", "tcp,self,vader", "--mca", "btl_tcp_if_include", "lo", "-n", "3")
-        full.append(("mpi", {"PYOFFLOAD_PLUGINS": "mpi", "PYOFFLOAD_MPI_SERVE": "opencl", "POCL_DEVICES": "pthread",
-                             "PYOFFLOAD_MPI_TIMEOUT": "30"},
-                     CONFORMANCE, "mpi", py, (*mpirun, py, "-m", "pyoffload_mpi")))
+        mpirun = (
+            "mpirun",
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "--mca",
+            "mtl",
+            "^ofi,psm,psm2",
+            "--mca",
+            "btl",
+            "tcp,self,vader",
+            "--mca",
+            "btl_tcp_if_include",
+            "lo",
+            "-n",
+            "3",
+        )
+        full.append(
+            (
+                "mpi",
+                {
+                    "PYOFFLOAD_PLUGINS": "mpi",
+                    "PYOFFLOAD_MPI_SERVE": "opencl",
+                    "POCL_DEVICES": "pthread",
+                    "PYOFFLOAD_MPI_TIMEOUT": "30",
+                },
+                CONFORMANCE,
+                "mpi",
+                py,
+                (*mpirun, py, "-m", "pyoffload_mpi"),
+            )
+        )
     full.append(("demo-no-pyenv", {}, [str(ROOT / "scripts" / "tests")], None, py, (py,)))
     for version in OTHER_PYTHONS:
         other = str(ROOT / f".venv-{version}" / "bin" / "python")
@@ -74,8 +104,16 @@ def rows() -> list[Row]:
             (f"host-{tag}", {"PYOFFLOAD_PLUGINS": ""}, CONFORMANCE, "host", other, (other,)),
         ]
         if "opencl" in plugins:
-            full.append((f"opencl-2dev-{tag}", {"PYOFFLOAD_PLUGINS": "opencl", "POCL_DEVICES": "pthread pthread"},
-                         CONFORMANCE, "opencl", other, (other,)))
+            full.append(
+                (
+                    f"opencl-2dev-{tag}",
+                    {"PYOFFLOAD_PLUGINS": "opencl", "POCL_DEVICES": "pthread pthread"},
+                    CONFORMANCE,
+                    "opencl",
+                    other,
+                    (other,),
+                )
+            )
     # Installed without a C compiler: every module interpreted (setup.sh makes .venv-pure).
     pure = str(ROOT / ".venv-pure" / "bin" / "python")
     full += [
@@ -83,8 +121,16 @@ def rows() -> list[Row]:
         ("host-pure", {"PYOFFLOAD_PLUGINS": ""}, CONFORMANCE, "host", pure, (pure,)),
     ]
     if "opencl" in plugins:
-        full.append(("opencl-2dev-pure", {"PYOFFLOAD_PLUGINS": "opencl", "POCL_DEVICES": "pthread pthread"},
-                     CONFORMANCE, "opencl", pure, (pure,)))
+        full.append(
+            (
+                "opencl-2dev-pure",
+                {"PYOFFLOAD_PLUGINS": "opencl", "POCL_DEVICES": "pthread pthread"},
+                CONFORMANCE,
+                "opencl",
+                pure,
+                (pure,),
+            )
+        )
     import sanitize  # scripts/sanitize.py: the AddressSanitizer + UBSan rows
 
     full += sanitize.rows(CONFORMANCE)
@@ -98,8 +144,10 @@ def not_run(name: str, python: str) -> str:
     if Path(python).parent.parent.name == ".venv-pure":
         return "not run: no Python 3.12 or 3.13 here for the install without a compiler (.venv-pure)"
     version = Path(python).parent.parent.name.removeprefix(".venv-")
-    return (f"not run: no Python {version} here (set-up makes {Path(python).parent.parent.name} where "
-            f"pyenv or python{version} provides it)")
+    return (
+        f"not run: no Python {version} here (set-up makes {Path(python).parent.parent.name} where "
+        f"pyenv or python{version} provides it)"
+    )
 
 
 def colour_options() -> tuple[dict[str, str], list[str]]:
@@ -145,13 +193,27 @@ def main() -> int:
                 continue
             junit = Path(tmp) / f"{name}.xml"
             env = dict(os.environ, **colour_env, **env_extra)
-            cmd = [*launcher, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}",
-                   *colour_args, *pytest_args, *extra]
+            cmd = [
+                *launcher,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                f"--junitxml={junit}",
+                *colour_args,
+                *pytest_args,
+                *extra,
+            ]
             print(f"\n=== row {name}: {' '.join(f'{k}={v!r}' for k, v in env_extra.items())}", flush=True)
             rc: int | str
             try:
-                rc = subprocess.run(cmd, cwd=tempfile.gettempdir() if pytest_args is CONFORMANCE else ROOT, env=env,
-                                    timeout=ROW_TIMEOUT_S).returncode
+                rc = subprocess.run(
+                    cmd,
+                    cwd=tempfile.gettempdir() if pytest_args is CONFORMANCE else ROOT,
+                    env=env,
+                    timeout=ROW_TIMEOUT_S,
+                ).returncode
             except subprocess.TimeoutExpired:  # a hang fails its row, with the reason, not the whole run
                 rc = f"no result within {ROW_TIMEOUT_S} s"
             c = count(junit, backend)
@@ -179,8 +241,10 @@ def main() -> int:
     failed = sum(c["failed"] for c in ran)
     skipped = sum(c["skipped"] for c in ran)
     missing = len(results) - len(ran)
-    print(f"matrix: {passed} passed, {failed} failed, {skipped} skipped"
-          + (f"; {missing} row{'s' if missing != 1 else ''} not run" if missing else ""))
+    print(
+        f"matrix: {passed} passed, {failed} failed, {skipped} skipped"
+        + (f"; {missing} row{'s' if missing != 1 else ''} not run" if missing else "")
+    )
     return 0 if ok and passed else 1
 
 

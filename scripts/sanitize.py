@@ -65,15 +65,37 @@ def rows(conformance: list[str]) -> list[Row]:
     launcher = (py, str(Path(__file__).resolve()), "run")
     out: list[Row] = [
         # the tests of the copy that was built, so that they and the code are one snapshot
-        ("asan-unit", {"PYOFFLOAD_PLUGINS": "opencl", "POCL_DEVICES": "pthread pthread"},
-         [str(TREE / "tests")], None, py, launcher),
+        (
+            "asan-unit",
+            {"PYOFFLOAD_PLUGINS": "opencl", "POCL_DEVICES": "pthread pthread"},
+            [str(TREE / "tests")],
+            None,
+            py,
+            launcher,
+        ),
         ("asan-host", {"PYOFFLOAD_PLUGINS": ""}, conformance, "host", py, launcher),
     ]
     if (ROOT / "plugins" / "opencl" / "pyproject.toml").exists():
-        out.append(("asan-opencl", {"PYOFFLOAD_PLUGINS": "opencl", "POCL_DEVICES": "pthread"}, conformance, "opencl",
-                    py, launcher))
-        out.append(("asan-opencl-2dev", {"PYOFFLOAD_PLUGINS": "opencl", "POCL_DEVICES": "pthread pthread"}, conformance,
-                    "opencl", py, launcher))
+        out.append(
+            (
+                "asan-opencl",
+                {"PYOFFLOAD_PLUGINS": "opencl", "POCL_DEVICES": "pthread"},
+                conformance,
+                "opencl",
+                py,
+                launcher,
+            )
+        )
+        out.append(
+            (
+                "asan-opencl-2dev",
+                {"PYOFFLOAD_PLUGINS": "opencl", "POCL_DEVICES": "pthread pthread"},
+                conformance,
+                "opencl",
+                py,
+                launcher,
+            )
+        )
     return out
 
 
@@ -82,8 +104,13 @@ def _say(msg: str) -> None:
 
 
 def _sources() -> list[str]:
-    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "-co", "--exclude-standard"],
-                            check=True, capture_output=True).stdout.decode().split("\0")
+    listed = (
+        subprocess.run(
+            ["git", "-C", str(ROOT), "ls-files", "-z", "-co", "--exclude-standard"], check=True, capture_output=True
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     return sorted(p for p in listed if p and (ROOT / p).is_file())  # a deleted, unstaged file is listed
 
 
@@ -117,14 +144,18 @@ def build() -> None:
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, dst, follow_symlinks=False)
         cfg = VENV / "pyvenv.cfg"
-        if not PY.exists() or "version = %d.%d.%d" % sys.version_info[:3] not in cfg.read_text():
+        if not PY.exists() or "version = {}.{}.{}".format(*sys.version_info[:3]) not in cfg.read_text():
             subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True)
             subprocess.run([str(PY), "-m", "pip", "install", "-q", "--upgrade", "pip"], check=True, capture_output=True)
         STAMP.unlink(missing_ok=True)
         env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS")}
         env.update(CFLAGS=SAN_FLAGS, CXXFLAGS=SAN_FLAGS, LDFLAGS=SAN_FLAGS)
-        pip = subprocess.run([str(PY), "-m", "pip", "install", "-q", "-e", f"{TREE}[test]",
-                              "-e", str(TREE / "plugins" / "opencl")], env=env, capture_output=True, text=True)
+        pip = subprocess.run(
+            [str(PY), "-m", "pip", "install", "-q", "-e", f"{TREE}[test]", "-e", str(TREE / "plugins" / "opencl")],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         if pip.returncode:  # the build's warnings are noise unless it failed
             sys.stderr.write(pip.stdout + pip.stderr)
             raise SystemExit(f"sanitize: pip install failed with exit status {pip.returncode}")
@@ -133,8 +164,11 @@ def build() -> None:
         if torch and subprocess.run([str(PY), "-m", "pip", "install", "-q", torch[1]], capture_output=True).returncode:
             _say(f"{torch[1]} not installable; the torch interop tests will skip")
         # As scripts/setup.sh does: byte-compile once, or every process compiles every module again.
-        subprocess.run([str(PY), "-m", "compileall", "-q", str(TREE / "core"), str(TREE / "plugins" / "opencl")],
-                       check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [str(PY), "-m", "compileall", "-q", str(TREE / "core"), str(TREE / "plugins" / "opencl")],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         _install_hook()
         built = sorted(TREE.rglob("*.so"))
         plain = [p for p in built if not _instrumented(p)]
@@ -166,15 +200,20 @@ _hook()
 
 
 def _install_hook() -> None:
-    purelib = subprocess.run([str(PY), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             check=True, capture_output=True, text=True).stdout.strip()
+    purelib = subprocess.run(
+        [str(PY), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     Path(purelib, "_pyoffload_ubsan_log.py").write_text(UBSAN_HOOK)
     Path(purelib, "_pyoffload_ubsan_log.pth").write_text("import _pyoffload_ubsan_log\n")
 
 
 def _runtime(name: str) -> str:
-    path = subprocess.run(["gcc", f"-print-file-name={name}"], check=True, capture_output=True,
-                          text=True).stdout.strip()
+    path = subprocess.run(
+        ["gcc", f"-print-file-name={name}"], check=True, capture_output=True, text=True
+    ).stdout.strip()
     if not os.path.isabs(path):
         raise SystemExit(f"sanitize: gcc does not know {name}")
     return os.path.realpath(path)

@@ -14,6 +14,7 @@ def host():
 @pytest.fixture
 def fresh_runtime(monkeypatch):
     """Shut the runtime down around a test that changes how it initialises."""
+
     def restart():
         if runtime.active() is not None:
             pyoffload.shutdown()

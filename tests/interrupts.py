@@ -68,8 +68,12 @@ def _with_exits(code: CodeType) -> frozenset[int]:
         j = k
         while j < len(ins) and ins[j].opname in ("SWAP", "COPY"):
             j += 1
-        window = ins[j:j + 4]
-        if (len(window) == 4 and all(w.opname == "LOAD_CONST" and w.argval is None for w in window[:3])
-                and window[3].opname == "CALL" and window[3].arg == 2):
+        window = ins[j : j + 4]
+        if (
+            len(window) == 4
+            and all(w.opname == "LOAD_CONST" and w.argval is None for w in window[:3])
+            and window[3].opname == "CALL"
+            and window[3].arg == 2
+        ):
             exits.add(start.offset)
     return frozenset(exits)

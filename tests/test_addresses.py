@@ -2,10 +2,11 @@
 pinned-host-memory map with ``lock``/``unlock``/``find_pinned``/``is_pinned`` on the host device.
 
 ``RangeMap`` is tested directly, with its documented index layout (sorted blocks of at most
-``2 * LOAD`` bases, each with its maximum, read back from ``SortedIndex.blocks``/``maxes``) checked after every batch of updates, so that a lookup
-that happens to land on the right answer through a broken index still fails.  The pinning tests go
-through the public API; wrapper plugins make the host backend hand out device addresses unlike the
-host ones, report memory as pinned by the vendor, and count the unlock calls.
+``2 * LOAD`` bases, each with its maximum, read back from ``SortedIndex.blocks``/``maxes``)
+checked after every batch of updates, so that a lookup that happens to land on the right answer
+through a broken index still fails.  The pinning tests go through the public API; wrapper plugins
+make the host backend hand out device addresses unlike the host ones, report memory as pinned by
+the vendor, and count the unlock calls.
 """
 
 from __future__ import annotations
@@ -136,8 +137,23 @@ def test_floor_is_the_largest_base_at_or_below():
     check_index(m)
     assert [len(sub) for sub in m._index.blocks()] == [LOAD, LOAD, 2 * LOAD]
     assert m._floor(-1) is None
-    for x in [0, 1, 9, 10, 11, (LOAD - 1) * 10, (LOAD - 1) * 10 + 7, LOAD * 10 - 1, LOAD * 10, LOAD * 10 + 3,
-              2 * LOAD * 10 - 1, 2 * LOAD * 10, (n - 1) * 10, (n - 1) * 10 + 9, TOP]:
+    for x in [
+        0,
+        1,
+        9,
+        10,
+        11,
+        (LOAD - 1) * 10,
+        (LOAD - 1) * 10 + 7,
+        LOAD * 10 - 1,
+        LOAD * 10,
+        LOAD * 10 + 3,
+        2 * LOAD * 10 - 1,
+        2 * LOAD * 10,
+        (n - 1) * 10,
+        (n - 1) * 10 + 9,
+        TOP,
+    ]:
         assert m._floor(x) == min(x // 10, n - 1) * 10, x
     for sub in m._index.blocks():  # around the first and the last base of each sub-list
         for b in (sub[0], sub[-1]):
@@ -165,8 +181,15 @@ def test_queries_look_only_near_the_address():
         m.insert(i * 10, i * 10 + 5, i)
     check_index(m)
     m._entries = CountingDict(m._entries)
-    for base, end, hits in [(3, 4, 1), (7, 8, 0), (LOAD * 10 + 2, LOAD * 10 + 13, 2), (LOAD * 10 - 3, LOAD * 10 + 1, 1),
-                            (2 * LOAD * 10 + 6, 2 * LOAD * 10 + 9, 0), ((n - 1) * 10 + 1, TOP, 1), (-5, 1, 1)]:
+    for base, end, hits in [
+        (3, 4, 1),
+        (7, 8, 0),
+        (LOAD * 10 + 2, LOAD * 10 + 13, 2),
+        (LOAD * 10 - 3, LOAD * 10 + 1, 1),
+        (2 * LOAD * 10 + 6, 2 * LOAD * 10 + 9, 0),
+        ((n - 1) * 10 + 1, TOP, 1),
+        (-5, 1, 1),
+    ]:
         CountingDict.reads = 0
         assert len(m.overlapping(base, end)) == hits, (base, end)
         assert CountingDict.reads <= hits + 1, f"{CountingDict.reads} entries read for [{base}, {end})"
@@ -233,7 +256,9 @@ def test_index_splits_above_2_load_ranges():
         assert m.find(i * 10 + 5) is None
         assert m.find(i * 10 - 1) is None
     assert m.overlapping((LOAD - 1) * 10 + 4, LOAD * 10 + 1) == [
-        ((LOAD - 1) * 10, (LOAD - 1) * 10 + 5, LOAD - 1), (LOAD * 10, LOAD * 10 + 5, LOAD)]
+        ((LOAD - 1) * 10, (LOAD - 1) * 10 + 5, LOAD - 1),
+        (LOAD * 10, LOAD * 10 + 5, LOAD),
+    ]
 
 
 def test_index_split_of_a_middle_sub_list():
@@ -325,8 +350,20 @@ def test_overlapping_lists_every_range_it_crosses_in_order():
         b = i * 10
         m.insert(b, b + (3 if i % 2 else 9), i)
         ref[b] = b + (3 if i % 2 else 9)
-    for base, end in [(0, 1), (5, 6), (4, 13), (8, 10), (9, 10), (9, 20), (LOAD * 10 - 2, LOAD * 10 + 1),
-                      (0, 3 * LOAD * 10), (1000, 1000), (3 * LOAD * 10 - 1, TOP), (-5, 0), (-5, 1)]:
+    for base, end in [
+        (0, 1),
+        (5, 6),
+        (4, 13),
+        (8, 10),
+        (9, 10),
+        (9, 20),
+        (LOAD * 10 - 2, LOAD * 10 + 1),
+        (0, 3 * LOAD * 10),
+        (1000, 1000),
+        (3 * LOAD * 10 - 1, TOP),
+        (-5, 0),
+        (-5, 1),
+    ]:
         got = m.overlapping(base, end)
         assert [b for b, _, _ in got] == brute_overlapping(ref, base, end), (base, end)
         assert all(e == ref[b] and v == b // 10 for b, e, v in got)
@@ -560,8 +597,10 @@ def test_partial_overlaps_are_refused(host, hooks):
         with pytest.raises(InvalidArgumentError) as err:
             host.lock(buf[lo:hi])
         assert err.value.errc is Errc.INVALID_ARGUMENT
-        assert str(err.value) == (f"INVALID_ARGUMENT: lock: range 0x{base + lo:x}+{hi - lo} would extend the locked "
-                                  f"range 0x{base + 256:x}+256")
+        assert str(err.value) == (
+            f"INVALID_ARGUMENT: lock: range 0x{base + lo:x}+{hi - lo} would extend the locked "
+            f"range 0x{base + 256:x}+256"
+        )
     assert len(hooks.locks) == 1 and host.pins.containing(buf.ctypes.data + 256, 256).users == 1
     # adjacent ranges are separate entries
     host.lock(buf[0:256])
@@ -723,8 +762,10 @@ def test_vendor_pinned_memory_is_external(host, hooks):
     # a lock that starts inside the vendor's range and runs past it is refused
     with pytest.raises(InvalidArgumentError) as err:
         host.lock(buf[3000:3073])
-    assert str(err.value) == (f"INVALID_ARGUMENT: lock: range 0x{addr + 3000:x}+73 extends beyond externally "
-                              f"pinned memory 0x{addr + 1024:x}+2048")
+    assert str(err.value) == (
+        f"INVALID_ARGUMENT: lock: range 0x{addr + 3000:x}+73 extends beyond externally "
+        f"pinned memory 0x{addr + 1024:x}+2048"
+    )
     with pytest.raises(InvalidArgumentError, match="extends beyond externally pinned memory"):
         host.lock(buf[1024:3073])
     _no_pins(host)

@@ -16,7 +16,6 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
 import pytest
 
 import pyoffload
@@ -285,8 +284,9 @@ def _run(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
     import os
 
     full = dict(os.environ, PYOFFLOAD_PLUGINS="", **(env or {}))
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=120, env=full)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120, env=full
+    )
 
 
 @pytest.mark.parametrize("what", ["close", "shutdown"])
@@ -330,8 +330,10 @@ def test_an_interrupt_inside_free_leaves_no_lock_held(host: Any) -> None:
     from interrupts import interrupt_each_line
 
     pyoffload.free(host.alloc(64))
-    seen = interrupt_each_line(lambda: pyoffload.free(host.alloc(64)), modules=("pyoffload.memory", "pyoffload.pool",
-                                                                              "pyoffload.addresses.intervals"))
+    seen = interrupt_each_line(
+        lambda: pyoffload.free(host.alloc(64)),
+        modules=("pyoffload.memory", "pyoffload.pool", "pyoffload.addresses.intervals"),
+    )
     if not memory.__file__.endswith(".py"):  # compiled: no line events (the interpreted row runs it)
         pytest.skip(f"pyoffload.memory is compiled ({memory.__file__}): its lines cannot be traced")
     assert seen > 10, "the interruption reached too few lines"

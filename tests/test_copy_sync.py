@@ -5,9 +5,6 @@ wait)."""
 
 from __future__ import annotations
 
-import os
-import sys
-import threading
 from collections.abc import Generator
 from typing import Any
 
@@ -18,6 +15,7 @@ import pyoffload
 from pyoffload import runtime
 from pyoffload.errors import BackendError
 from pyoffload.hooks.wrappers import wrap_every_hook
+
 
 def _device(backend: str) -> pyoffload.Device:
     devs = [d for d in pyoffload.devices() if d.backend == backend]
@@ -80,8 +78,11 @@ def test_one_enqueue_and_one_synchronisation_no_event(example, recorder, directi
     a, b = example.alloc(4096), example.alloc(4096)
     host = np.arange(4096, dtype=np.uint32).view(np.uint8)[:4096].copy()
     out = np.zeros(4096, np.uint8)
-    ops = {"h2d": lambda: pyoffload.memcpy(a, host), "d2h": lambda: pyoffload.memcpy(out, a),
-           "d2d": lambda: pyoffload.memcpy(b, a)}
+    ops = {
+        "h2d": lambda: pyoffload.memcpy(a, host),
+        "d2h": lambda: pyoffload.memcpy(out, a),
+        "d2d": lambda: pyoffload.memcpy(b, a),
+    }
     pyoffload.memcpy(a, host)
     recorder.calls.clear()
     ops[direction]()
@@ -130,11 +131,14 @@ def test_a_failed_wait_is_raised_by_the_copy_and_the_queue_keeps_working(example
     a.free()
 
 
-@pytest.mark.parametrize("make", [
-    lambda: np.arange(24, dtype=np.float64).reshape(4, 6),  # multi-byte items, 2-D
-    lambda: np.arange(100, dtype=np.uint8)[10:90],  # a contiguous slice at an offset
-    lambda: np.frombuffer(bytes(range(64)), np.uint8),  # read-only: host_view's path
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: np.arange(24, dtype=np.float64).reshape(4, 6),  # multi-byte items, 2-D
+        lambda: np.arange(100, dtype=np.uint8)[10:90],  # a contiguous slice at an offset
+        lambda: np.frombuffer(bytes(range(64)), np.uint8),  # read-only: host_view's path
+    ],
+)
 def test_numpy_sources_of_every_shape_copy_their_own_bytes(example, make) -> None:
     src = make()
     a = example.alloc(src.nbytes)

@@ -16,24 +16,33 @@ import pyoffload
 BROKEN = {
     # name: (distribution, module source)
     "importfails": ("pyoffload-importfails", "raise ImportError('vendor library libnothing.so not found')\n"),
-    "initraises": ("pyoffload-initraises", textwrap.dedent("""
+    "initraises": (
+        "pyoffload-initraises",
+        textwrap.dedent("""
         from pyoffload.backend import HOOK_API, hookimpl
         @hookimpl
         def init_impl():
             raise RuntimeError('driver exploded during init')
-    """)),
-    "badsig": ("pyoffload-badsig", textwrap.dedent("""
+    """),
+    ),
+    "badsig": (
+        "pyoffload-badsig",
+        textwrap.dedent("""
         from pyoffload.backend import HOOK_API, hookimpl
         @hookimpl
         def data_alloc_impl(context, device, size, kind, alignment):
             return 0
-    """)),
-    "nodevs": ("pyoffload-nodevs", textwrap.dedent("""
+    """),
+    ),
+    "nodevs": (
+        "pyoffload-nodevs",
+        textwrap.dedent("""
         from pyoffload.backend import HOOK_API, hookimpl, NoDevicesError
         @hookimpl
         def init_impl():
             raise NoDevicesError('cuInit failed: no CUDA-capable device is detected')
-    """)),
+    """),
+    ),
     "future": ("pyoffload-future", "HOOK_API = (2, 0)\n"),
     "newer": ("pyoffload-newer", "HOOK_API = (1, 99)\n"),
     "undeclared": ("pyoffload-undeclared", "from pyoffload.backend import hookimpl\n"),
@@ -44,7 +53,8 @@ def _make_dist(root: Path, dist: str, module: str, ep_name: str, source: str) ->
     proj = root / f"src-{dist}-{module}"
     proj.mkdir()
     (proj / f"{module}.py").write_text(source)
-    (proj / "pyproject.toml").write_text(textwrap.dedent(f"""
+    (proj / "pyproject.toml").write_text(
+        textwrap.dedent(f"""
         [build-system]
         requires = ["setuptools"]
         build-backend = "setuptools.build_meta"
@@ -55,7 +65,8 @@ def _make_dist(root: Path, dist: str, module: str, ep_name: str, source: str) ->
         py-modules = ["{module}"]
         [project.entry-points."pyoffload.plugins"]
         {ep_name} = "{module}"
-    """))
+    """)
+    )
     return proj
 
 
@@ -68,8 +79,21 @@ def broken_site(tmp_path_factory):
     ok_src = "from pyoffload.backend import HOOK_API, hookimpl, NoDevicesError\n"
     projects.append(_make_dist(root, "pyoffload-twin-a", "twin_a", "twin", ok_src))
     projects.append(_make_dist(root, "pyoffload-twin-b", "twin_b", "twin", ok_src))
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                    "--target", str(target), *map(str, projects)], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            *map(str, projects),
+        ],
+        check=True,
+    )
     return target
 
 
@@ -126,8 +150,9 @@ def test_empty_allow_list_keeps_only_the_host_backend(broken_site):
 def test_cli_plugins_shows_reasons(broken_site):
     env = {k: v for k, v in os.environ.items() if k != "PYOFFLOAD_PLUGINS"}
     env["PYTHONPATH"] = str(broken_site)
-    out = subprocess.run([sys.executable, "-m", "pyoffload", "plugins"], capture_output=True, text=True,
-                         env=env, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "pyoffload", "plugins"], capture_output=True, text=True, env=env, check=True
+    ).stdout
     assert "no devices: cuInit failed" in out
     assert "failed: import failed" in out
     assert "incompatible: written for hook API 2.0" in out
@@ -136,8 +161,7 @@ def test_cli_plugins_shows_reasons(broken_site):
 def test_device_selector(fresh_runtime, monkeypatch):
     monkeypatch.setenv("PYOFFLOAD_DEVICES", "nosuchbackend:0")
     fresh_runtime()
-    assert [d.backend for d in pyoffload.devices()] == ["host"] or all(
-        d.backend == "host" for d in pyoffload.devices())
+    assert [d.backend for d in pyoffload.devices()] == ["host"] or all(d.backend == "host" for d in pyoffload.devices())
 
 
 def test_device_selector_rejects_garbage(fresh_runtime, monkeypatch):
@@ -158,8 +182,9 @@ def test_an_unknown_name_in_the_allow_list_is_a_warning_naming_the_known_plugins
     # what a user sees: the warning on stderr, the rest of the start unchanged
     env = {k: v for k, v in os.environ.items() if k != "PYOFFLOAD_PLUGINS"}
     env.update(PYTHONPATH=str(broken_site), PYOFFLOAD_PLUGINS="nodevs,cudda")
-    proc = subprocess.run([sys.executable, "-m", "pyoffload", "plugins"], capture_output=True, text=True,
-                          env=env, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pyoffload", "plugins"], capture_output=True, text=True, env=env, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert "UserWarning: PYOFFLOAD_PLUGINS names 'cudda', which no installed plugin provides" in proc.stderr
     assert "nodevs" in proc.stderr.split("known plugins:")[1] and "host" in proc.stderr, proc.stderr

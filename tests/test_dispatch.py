@@ -59,8 +59,10 @@ def test_library_does_not_configure_logging():
     import subprocess
     import sys
 
-    code = ("import logging, pyoffload; pyoffload.devices(); "
-            "print(len(logging.getLogger().handlers), logging.getLogger('pyoffload').handlers)")
+    code = (
+        "import logging, pyoffload; pyoffload.devices(); "
+        "print(len(logging.getLogger().handlers), logging.getLogger('pyoffload').handlers)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "0 []"
 
@@ -69,7 +71,9 @@ def test_import_is_lazy():
     import subprocess
     import sys
 
-    code = ("import sys, pyoffload; "
-            "print(sorted(m for m in ('structlog', 'elftools', 'pyoffload.runtime') if m in sys.modules))")
+    code = (
+        "import sys, pyoffload; "
+        "print(sorted(m for m in ('structlog', 'elftools', 'pyoffload.runtime') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -17,7 +17,7 @@ EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "example_backend"
 PACKAGE = EXAMPLE / "pyoffload_example"
 LINE_BUDGET = 400  # non-blank lines of the backend package: the guide's running example
 # Every test of the example's device row on this revision passes but two skips: one test needs a
-# second non-host platform, and one known failure (see known_failures_impl).
+# second non-host platform.
 PASSED = 190
 
 
@@ -29,22 +29,48 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     source = tmp / "src"
     shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     target = tmp / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                    "--target", str(target), str(source)], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(source),
+        ],
+        check=True,
+    )
     return target
 
 
 def _run(args: list[str], site: Path, plugins: str = "example") -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(site), PYOFFLOAD_PLUGINS=plugins)
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env,
-                          cwd=tempfile.gettempdir(), timeout=600)
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, env=env, cwd=tempfile.gettempdir(), timeout=600
+    )
 
 
 def test_example_backend_passes_conformance(site: Path) -> None:
-    proc = _run(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "pyoffload.testing",
-                 "--pyargs", "pyoffload.conformance"], site)
+    proc = _run(
+        [
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "pyoffload.testing",
+            "--pyargs",
+            "pyoffload.conformance",
+        ],
+        site,
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    table = proc.stdout[proc.stdout.index("pyoffload conformance by device"):]
+    table = proc.stdout[proc.stdout.index("pyoffload conformance by device") :]
     row = next(line for line in table.splitlines() if line.startswith("example-python-cpu-"))
     passed, skipped, failed = map(int, row.split()[1:4])
     assert failed == 0 and passed >= PASSED, row

@@ -81,7 +81,9 @@ backends = pytest.mark.parametrize("backend", list(BACKENDS))
 
 @backends
 def test_unload_refuses_while_a_global_is_exported(backend):
-    proc = run_scenario(backend, """
+    proc = run_scenario(
+        backend,
+        """
         p = dev.load_program(image)
         g = p.global_variable("table")
         n = 0
@@ -107,7 +109,8 @@ def test_unload_refuses_while_a_global_is_exported(backend):
         p.unload()
         assert not p.loaded
         print("refused", n)
-    """)
+    """,
+    )
     assert proc.stdout.split()[-1] == ("7" if backend == "host" else "2"), proc.stdout
 
 
@@ -173,7 +176,10 @@ def test_teardown_keeps_an_exported_global_mapped(backend, teardown):
 def test_an_export_taken_while_unloading_keeps_the_image(backend):
     """An export that starts after unload's check (here: by an observer of the unload, as another
     thread could while the destructors run) is never unmapped: the image is leaked instead."""
-    proc = run_scenario(backend, REPORT, """
+    proc = run_scenario(
+        backend,
+        REPORT,
+        """
         from pyoffload.backend import hookimpl
 
         p = dev.load_program(image)
@@ -194,13 +200,16 @@ def test_an_export_taken_while_unloading_keeps_the_image(backend):
         for how, export, read in taken:
             assert (read(export) == TABLE).all(), how
         print("read after unload")
-    """)
+    """,
+    )
     assert proc.stdout.strip().endswith("read after unload"), proc.stdout
 
 
 @backends
 def test_no_export_of_an_unloaded_global(backend):
-    run_scenario(backend, """
+    run_scenario(
+        backend,
+        """
         p = dev.load_program(image)
         alloc = p.global_variable("table").allocation
         p.unload()
@@ -213,7 +222,8 @@ def test_no_export_of_an_unloaded_global(backend):
             else:
                 raise AssertionError("exported the global of an unloaded program")
         assert alloc.exports == 0
-    """)
+    """,
+    )
 
 
 @backends
@@ -221,7 +231,9 @@ def test_dlpack_exports_alive_at_exit_end_cleanly(backend):
     """Capsules and consumers' arrays that live until the interpreter's last garbage collection
     (here: the module's globals, kept by an observer registered with the backend) must not call
     back into Python from there (before: a segmentation fault at exit)."""
-    proc = run_scenario(backend, """
+    proc = run_scenario(
+        backend,
+        """
         from pyoffload.backend import hookimpl
 
         class Observer:
@@ -236,13 +248,16 @@ def test_dlpack_exports_alive_at_exit_end_cleanly(backend):
             kept.append(np.from_dlpack(a.typed(np.int32)))
         assert a.exports == len(kept)
         print("exiting with", len(kept), "exports", flush=True)
-    """)
+    """,
+    )
     assert "exiting with" in proc.stdout, proc.stdout
 
 
 @backends
 def test_device_memory_exported_through_dlpack_cannot_be_freed(backend):
-    run_scenario(backend, """
+    run_scenario(
+        backend,
+        """
         a = dev.alloc(256)
         for versioned in (None, (1, 0)):
             capsule = a.typed(np.float32, (64,)).__dlpack__(max_version=versioned)
@@ -263,7 +278,8 @@ def test_device_memory_exported_through_dlpack_cannot_be_freed(backend):
             pass
         else:
             raise AssertionError("exported freed memory")
-    """)
+    """,
+    )
 
 
 # -- typed views: the array interface and the CUDA array interface -----------------------------------
@@ -321,9 +337,15 @@ def test_the_array_keeps_the_typed_views_owner_alive(host):
     a.free()
 
 
-@pytest.mark.parametrize("dtype, shape, offset", [
-    (np.int16, (2, 3), 6), (np.float64, (), 8), (np.uint8, (0,), 64), (np.complex64, None, 16),
-])
+@pytest.mark.parametrize(
+    "dtype, shape, offset",
+    [
+        (np.int16, (2, 3), 6),
+        (np.float64, (), 8),
+        (np.uint8, (0,), 64),
+        (np.complex64, None, 16),
+    ],
+)
 def test_array_interface_covers_exactly_the_typed_bytes(host, dtype, shape, offset):
     a = host.alloc(64)
     raw = np.frombuffer(a, np.uint8)
@@ -331,7 +353,7 @@ def test_array_interface_covers_exactly_the_typed_bytes(host, dtype, shape, offs
     dt = np.dtype(dtype)
     arr = np.asarray(a.typed(dt, shape, offset=offset))
     count = (64 - offset) // dt.itemsize if shape is None else int(np.prod(shape))
-    expect = raw[offset:offset + count * dt.itemsize].view(dt).reshape((count,) if shape is None else shape)
+    expect = raw[offset : offset + count * dt.itemsize].view(dt).reshape((count,) if shape is None else shape)
     assert arr.dtype == dt and arr.shape == expect.shape and arr.tobytes() == expect.tobytes()
     del arr, raw, expect
     gc.collect()

@@ -44,8 +44,11 @@ def python_blocks(page: Path) -> list[str]:
 
 def _env(tmp_path: Path) -> dict[str, str]:
     env = dict(os.environ)
-    env.update(PYOFFLOAD_PLUGINS="", PYOFFLOAD_CACHE_DIR=str(tmp_path / "cache"),
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "examples"), env.get("PYTHONPATH")])))
+    env.update(
+        PYOFFLOAD_PLUGINS="",
+        PYOFFLOAD_CACHE_DIR=str(tmp_path / "cache"),
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "examples"), env.get("PYTHONPATH")])),
+    )
     env.pop("PYOFFLOAD_DEVICES", None)
     return env
 
@@ -58,8 +61,14 @@ def test_every_page_is_in_the_nav() -> None:
 
 @pytest.mark.parametrize("page", [p for p in PAGES if python_blocks(p)], ids=lambda p: p.stem)
 def test_examples_run(page: Path, tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-c", _RUNNER, str(page)],
-                          cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", _RUNNER, str(page)],
+        cwd=tmp_path,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, f"{page.name}:\n{proc.stdout}\n{proc.stderr}"
     assert "Warning" not in proc.stderr, proc.stderr
 
@@ -84,8 +93,13 @@ def test_site_builds_strict(tmp_path: Path) -> None:
     site = tmp_path / "site"
     # ``python -m mkdocs``: the ``mkdocs`` script would put its own directory first on sys.path,
     # where the ``pyoffload`` console script shadows the package for the API reference.
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"),
-                           "-d", str(site)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"), "-d", str(site)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     api = (site / "guide" / "api" / "index.html").read_text()
     # The reference is generated from the docstrings: Queue.alloc_async's must be there.

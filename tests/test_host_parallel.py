@@ -75,15 +75,20 @@ def _program():
     return pyoffload.host_device().build_program(SOURCE, ["-pthread"])
 
 
-SHAPES = [((1, 1, 1), (1, 1, 1)), ((5, 1, 1), (3, 1, 1)), ((2, 3, 4), (4, 2, 3)), ((7, 2, 1), (1, 5, 2)),
-          ((1, 1, 9), (2, 2, 2))]
+SHAPES = [
+    ((1, 1, 1), (1, 1, 1)),
+    ((5, 1, 1), (3, 1, 1)),
+    ((2, 3, 4), (4, 2, 3)),
+    ((7, 2, 1), (1, 5, 2)),
+    ((1, 1, 9), (2, 2, 2)),
+]
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3], indirect=True)
 @pytest.mark.parametrize("grid,block", SHAPES)
 def test_every_item_runs_once_with_its_ids(threads, grid, block):
     with _program() as prog, pyoffload.host_device().create_queue() as q:
-        size = [g * b for g, b in zip(grid, block)]
+        size = [g * b for g, b in zip(grid, block, strict=True)]
         n = size[0] * size[1] * size[2]
         out, sizes = np.zeros(n, np.uint64), np.zeros(6, np.uint64)
         a, s = pyoffload.host_device().alloc(8 * n), pyoffload.host_device().alloc(48)
@@ -93,8 +98,9 @@ def test_every_item_runs_once_with_its_ids(threads, grid, block):
         pyoffload.memcpy(sizes, s)
         z, y, x = np.meshgrid(*(np.arange(k, dtype=np.uint64) for k in size[::-1]), indexing="ij")
         b = [np.uint64(k) for k in block]
-        expect = ((x // b[0]) | (y // b[1]) << 8 | (z // b[2]) << 16
-                  | (x % b[0]) << 24 | (y % b[1]) << 32 | (z % b[2]) << 40).ravel()
+        expect = (
+            (x // b[0]) | (y // b[1]) << 8 | (z // b[2]) << 16 | (x % b[0]) << 24 | (y % b[1]) << 32 | (z % b[2]) << 40
+        ).ravel()
         assert np.array_equal(out, expect)  # += : an item run twice would show
         assert sizes.tolist() == [*grid, *block]
         a.free()

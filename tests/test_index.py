@@ -178,8 +178,12 @@ def test_an_add_that_runs_out_of_memory_leaves_the_index_whole(nblocks: int, whe
         last_block = last_block or s.blocks()[-1]
         assert len(last_block) == 2 * LOAD
         # bases are even: an odd x is new; one that lands at slot LOAD goes to the upper half
-        x = {"top": last_block[-1] + 1, "upper-half": last_block[LOAD - 1] + 1,
-             "lower-half": last_block[LOAD - 2] + 1, "bottom": last_block[0] + 1}[where]
+        x = {
+            "top": last_block[-1] + 1,
+            "upper-half": last_block[LOAD - 1] + 1,
+            "lower-half": last_block[LOAD - 2] + 1,
+            "bottom": last_block[0] + 1,
+        }[where]
         try:
             add_without_memory(s, x, start)
         except MemoryError:

@@ -15,12 +15,15 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_trace_log_lines_have_no_colour_codes(tmp_path: Path) -> None:
-    code = ("import logging, sys; logging.basicConfig(level=logging.DEBUG, stream=sys.stderr)\n"
-            "import numpy as np, pyoffload\n"
-            "a = pyoffload.host_device().alloc(64); pyoffload.memcpy(a, np.zeros(64, np.uint8)); a.free()\n")
+    code = (
+        "import logging, sys; logging.basicConfig(level=logging.DEBUG, stream=sys.stderr)\n"
+        "import numpy as np, pyoffload\n"
+        "a = pyoffload.host_device().alloc(64); pyoffload.memcpy(a, np.zeros(64, np.uint8)); a.free()\n"
+    )
     env = dict(os.environ, PYOFFLOAD_TRACE="1", PYOFFLOAD_PLUGINS="", FORCE_COLOR="1")
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
-                          check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
     assert proc.returncode == 0, proc.stderr
     assert "event=" in proc.stderr, "the trace logged nothing"
     assert "\x1b[" not in proc.stderr, proc.stderr[:2000]

@@ -19,9 +19,22 @@ WARNING = re.compile(r"\b\w*Warning: |Package would be ignored")
 @pytest.mark.parametrize("dist", DISTRIBUTIONS, ids=[p.name if p != ROOT else "pyoffload" for p in DISTRIBUTIONS])
 def test_install_prints_no_warnings(dist: Path, tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-v", "--no-deps", "--no-build-isolation", "--no-compile",
-         "--target", str(tmp_path / "site"), str(dist)],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-v",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-compile",
+            "--target",
+            str(tmp_path / "site"),
+            str(dist),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     warnings = [line.strip() for line in (proc.stdout + proc.stderr).splitlines() if WARNING.search(line)]

@@ -50,8 +50,9 @@ def blocked_until(box):
 def run(script: str, **env: str) -> None:
     code = PRELUDE + textwrap.dedent(script) + "\nprint('OK')\n"
     try:
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT,
-                             env={**os.environ, **env})
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT, env={**os.environ, **env}
+        )
     except subprocess.TimeoutExpired:
         pytest.fail("hung: a wait waited for work enqueued after its point")
     if out.stdout.startswith("SKIP"):

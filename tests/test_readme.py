@@ -29,7 +29,14 @@ def test_readme_python_blocks_run_verbatim(plugins: str | None, tmp_path: Path) 
     for i, block in enumerate(BLOCKS):
         script = tmp_path / f"readme_block_{i}.py"
         script.write_text(block)
-        proc = subprocess.run([sys.executable, "-W", "error::pyoffload.TeardownWarning", str(script)], cwd=tmp_path,
-                              env=env, capture_output=True, text=True, timeout=600, check=False)
+        proc = subprocess.run(
+            [sys.executable, "-W", "error::pyoffload.TeardownWarning", str(script)],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
         assert proc.returncode == 0, f"README block {i}:\n{block}\n{proc.stdout}\n{proc.stderr}"
         assert "Warning" not in proc.stderr, proc.stderr

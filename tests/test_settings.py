@@ -13,8 +13,20 @@ from pyoffload import settings
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("raw,expected", [("1", True), ("true", True), ("YES", True), ("on", True),
-                                          ("0", False), ("false", False), ("No", False), ("off", False), ("", False)])
+@pytest.mark.parametrize(
+    "raw,expected",
+    [
+        ("1", True),
+        ("true", True),
+        ("YES", True),
+        ("on", True),
+        ("0", False),
+        ("false", False),
+        ("No", False),
+        ("off", False),
+        ("", False),
+    ],
+)
 def test_flags(monkeypatch, raw, expected):
     monkeypatch.setenv("PYOFFLOAD_TEST_FLAG", raw)
     assert settings.flag("PYOFFLOAD_TEST_FLAG") is expected

@@ -26,8 +26,13 @@ def _imported_after(code: str, **env: str) -> set[str]:
     import os
 
     full = dict(os.environ, **env)
-    proc = subprocess.run([sys.executable, "-c", f"{code}\nimport sys, json; print(json.dumps(sorted(sys.modules)))"],
-                          capture_output=True, text=True, env=full, check=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", f"{code}\nimport sys, json; print(json.dumps(sorted(sys.modules)))"],
+        capture_output=True,
+        text=True,
+        env=full,
+        check=True,
+    )
     return set(json.loads(proc.stdout.splitlines()[-1]))
 
 
@@ -41,8 +46,17 @@ def test_import_alone_imports_no_numpy_no_plugin_and_no_layer_behind_devices():
     assert "importlib.metadata" not in mods
     assert not mods & _plugin_modules()
     assert "pluggy" not in mods and "dataclasses" not in mods
-    heavy = {"pyoffload.api", "pyoffload.memory", "pyoffload.queue", "pyoffload.program", "pyoffload.transfer",
-             "pyoffload.build", "pyoffload.hooks.discovery", "pyoffload.runtime", "pyoffload.backend"}
+    heavy = {
+        "pyoffload.api",
+        "pyoffload.memory",
+        "pyoffload.queue",
+        "pyoffload.program",
+        "pyoffload.transfer",
+        "pyoffload.build",
+        "pyoffload.hooks.discovery",
+        "pyoffload.runtime",
+        "pyoffload.backend",
+    }
     assert not mods & heavy, sorted(mods & heavy)
 
 
@@ -63,8 +77,14 @@ def test_discovery_reads_entry_points_without_importlib_metadata():
 
 def test_finding_devices_imports_no_memory_program_or_queue_layer():
     mods = _imported_after("import pyoffload; pyoffload.devices()", PYOFFLOAD_PLUGINS="")
-    later = {"pyoffload.memory", "pyoffload.queue", "pyoffload.program", "pyoffload.transfer", "pyoffload.build",
-             "pyoffload.pinning"}
+    later = {
+        "pyoffload.memory",
+        "pyoffload.queue",
+        "pyoffload.program",
+        "pyoffload.transfer",
+        "pyoffload.build",
+        "pyoffload.pinning",
+    }
     assert not mods & later, sorted(mods & later)
 
 
@@ -135,7 +155,10 @@ def _dist(root: Path, dirname: str, entry_points: str | None, name: str = "", ve
 def odd_path(tmp_path):
     """Two site directories with the cases the reader must weigh as importlib.metadata does."""
     a, b = tmp_path / "a", tmp_path / "b"
-    _dist(a, "Foo_Bar-1.0.dist-info", """
+    _dist(
+        a,
+        "Foo_Bar-1.0.dist-info",
+        """
         # a comment
         orphan = before.any.section
         [pyoffload.plugins]
@@ -145,7 +168,9 @@ def odd_path(tmp_path):
         foo-cli = foo_mod:main
         [pyoffload.plugins]
         again = foo_mod.again
-    """, name="Foo_Bar")
+    """,
+        name="Foo_Bar",
+    )
     _dist(a, "foo.bar-2.0.dist-info", "[pyoffload.plugins]\nshadowed = nope\n", name="foo.bar")  # same key: first wins
     _dist(a, "solo.egg-info", "[pyoffload.plugins]\nsolo = solo_mod\n")
     _dist(a, "noentries-1.0.dist-info", None)
@@ -196,8 +221,10 @@ def test_reader_leaves_to_importlib_metadata_what_only_it_reads(tmp_path, monkey
 
 
 def test_entry_points_falls_back_to_importlib_metadata(monkeypatch):
-    fast = [(name, str(getattr(dist, "path", dist)), getattr(ep, "value", ep))
-            for name, dist, ep in discovery.entry_points()]
+    fast = [
+        (name, str(getattr(dist, "path", dist)), getattr(ep, "value", ep))
+        for name, dist, ep in discovery.entry_points()
+    ]
     monkeypatch.setattr(discovery, "installed_entry_points", lambda group, path=None: None)
     slow = discovery.entry_points()
     assert all(isinstance(ep, metadata.EntryPoint) for _, dist, ep in slow if not isinstance(dist, tuple))
@@ -253,10 +280,17 @@ def test_plugin_manager_parses_module_plugins_exactly_as_pluggy_does():
 
 
 def _shape(pm: pluggy.PluginManager) -> dict[str, object]:
-    return {name: (tuple(getattr(pm.hook, name).spec.argnames) if getattr(pm.hook, name).spec else None,
-                   [(i.plugin_name, i.function, i.argnames, i.tryfirst, i.trylast, i.wrapper)
-                    for i in getattr(pm.hook, name).get_hookimpls()])
-            for name in dir(pm.hook) if not name.startswith("_")}
+    return {
+        name: (
+            tuple(getattr(pm.hook, name).spec.argnames) if getattr(pm.hook, name).spec else None,
+            [
+                (i.plugin_name, i.function, i.argnames, i.tryfirst, i.trylast, i.wrapper)
+                for i in getattr(pm.hook, name).get_hookimpls()
+            ],
+        )
+        for name in dir(pm.hook)
+        if not name.startswith("_")
+    }
 
 
 def test_backend_managers_hold_the_same_hooks_as_plain_pluggy_ones():

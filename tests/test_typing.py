@@ -13,9 +13,21 @@ def test_core_type_checks(tmp_path):
     # The import package's source is core/; give mypy the layout it will have once installed.
     (tmp_path / "pyoffload").symlink_to(ROOT / "core")
     proc = subprocess.run(
-        [sys.executable, "-m", "mypy", "pyoffload", "--config-file", str(ROOT / "pyproject.toml"),
-         "--exclude", "pyoffload/conformance", "--cache-dir", str(tmp_path / ".mypy_cache")],
-        cwd=tmp_path, capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "pyoffload",
+            "--config-file",
+            str(ROOT / "pyproject.toml"),
+            "--exclude",
+            "pyoffload/conformance",
+            "--cache-dir",
+            str(tmp_path / ".mypy_cache"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (ROOT / "core" / "py.typed").exists()

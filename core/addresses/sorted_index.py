@@ -26,9 +26,9 @@ def _address(x: object) -> int:
         if not isinstance(x, int) or isinstance(x, bool):
             raise TypeError(f"an address must be an int, not {type(x).__name__}")
         x = int(x)
-    if not 0 <= x < TOP:  # type: ignore[operator]
+    if not 0 <= x < TOP:
         raise OverflowError(f"address {x} is outside the 64-bit address space")
-    return x  # type: ignore[return-value]
+    return x
 
 
 def _query(x: object) -> int:
@@ -37,7 +37,7 @@ def _query(x: object) -> int:
         if not isinstance(x, int) or isinstance(x, bool):
             raise TypeError(f"an address must be an int, not {type(x).__name__}")
         x = int(x)
-    return x  # type: ignore[return-value]
+    return x
 
 
 class SortedIndex:
@@ -155,7 +155,7 @@ class SortedIndex:
             if block[-1] < hi:
                 out.extend(block[start:])
             else:
-                out.extend(block[start:bisect_left(block, hi)])
+                out.extend(block[start : bisect_left(block, hi)])
                 break
         return out
 

@@ -20,8 +20,16 @@ def kernels(device, images):
 
 
 SHAPES = [
-    (1, 1), (1, 64), (4, 64), (64, 1), (3, 7), ((2,), (32,)), ((2, 1), (32, 1)), ((2, 1, 1), (32, 1, 1)),
-    ((2, 3), (32, 1)), ((1, 2, 2), (64, 1, 1)),
+    (1, 1),
+    (1, 64),
+    (4, 64),
+    (64, 1),
+    (3, 7),
+    ((2,), (32,)),
+    ((2, 1), (32, 1)),
+    ((2, 1, 1), (32, 1, 1)),
+    ((2, 3), (32, 1)),
+    ((1, 2, 2), (64, 1, 1)),
 ]
 
 
@@ -139,8 +147,9 @@ def test_local_memory_beyond_the_device_limit_is_refused(device, kernels, queue)
         pytest.skip(f"{device.id} reports no local memory limit")
     out = device.alloc(64)
     with pytest.raises(OffloadError) as err:
-        queue.launch(kernels.kernel("local_reverse"), 1, 1,
-                     [out, out, LocalMemory(limit + 1), np.int32(1), np.int32(1)])
+        queue.launch(
+            kernels.kernel("local_reverse"), 1, 1, [out, out, LocalMemory(limit + 1), np.int32(1), np.int32(1)]
+        )
     assert err.value.errc is Errc.INVALID_ARGUMENT and "local_memory_bytes" in str(err.value)
     out.free()
 

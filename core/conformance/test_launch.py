@@ -32,7 +32,9 @@ def test_axpy_with_interior_pointers(device, kernels, queue):
     y = np.ones(n, dtype=np.float32)
     dx, dy = upload(device, x), upload(device, y)
     half = n // 2
-    launch_n(queue, kernels.kernel("axpy_f32"), half, [dy.ptr + 4 * half, dx.ptr + 4 * half, np.float32(2.0), np.int32(half)])
+    launch_n(
+        queue, kernels.kernel("axpy_f32"), half, [dy.ptr + 4 * half, dx.ptr + 4 * half, np.float32(2.0), np.int32(half)]
+    )
     expect = y.copy()
     expect[half:] += 2.0 * x[half:]
     assert np.allclose(read(dy, np.float32, n), expect)
@@ -42,8 +44,18 @@ def test_axpy_with_interior_pointers(device, kernels, queue):
 
 def test_scalar_widths(device, kernels, queue):
     out = device.alloc(8 * 10)
-    args = [np.int8(-5), np.int16(-300), np.int32(-70000), np.int64(-(2**40)), np.float32(1.5), np.float64(2.25),
-            np.uint8(250), np.uint16(65000), np.uint32(4_000_000_000), np.uint64(2**50)]
+    args = [
+        np.int8(-5),
+        np.int16(-300),
+        np.int32(-70000),
+        np.int64(-(2**40)),
+        np.float32(1.5),
+        np.float64(2.25),
+        np.uint8(250),
+        np.uint16(65000),
+        np.uint32(4_000_000_000),
+        np.uint64(2**50),
+    ]
     queue.launch(kernels.kernel("scalars"), 1, 1, [out, *args]).wait()
     assert list(read(out, np.float64, 10)) == [float(a) for a in args]
     out.free()
@@ -54,8 +66,12 @@ def test_local_memory(device, kernels, queue, block):
     n = 4 * block
     src = upload(device, np.arange(n, dtype=np.int32))
     out = device.alloc(4 * n)
-    queue.launch(kernels.kernel("local_reverse"), n // block, block,
-                 [out, src, LocalMemory(4 * block), np.int32(n), np.int32(block)]).wait()
+    queue.launch(
+        kernels.kernel("local_reverse"),
+        n // block,
+        block,
+        [out, src, LocalMemory(4 * block), np.int32(n), np.int32(block)],
+    ).wait()
     expect = np.arange(n, dtype=np.int32).reshape(-1, block)[:, ::-1].ravel()
     assert np.array_equal(read(out, np.int32, n), expect)
     src.free()
@@ -75,7 +91,9 @@ def test_prepared_launch_repeats(device, kernels, queue):
     assert err.value.errc is Errc.INVALID_ARGUMENT and "freed" in str(err.value)
 
 
-@pytest.mark.parametrize("bad", [np.int32(0), 0x1234, 3.5, "x", object()], ids=["scalar-for-ptr", "unknown-ptr", "float", "str", "object"])
+@pytest.mark.parametrize(
+    "bad", [np.int32(0), 0x1234, 3.5, "x", object()], ids=["scalar-for-ptr", "unknown-ptr", "float", "str", "object"]
+)
 def test_bad_pointer_argument(device, kernels, queue, bad):
     with pytest.raises(OffloadError) as err:
         queue.launch(kernels.kernel("bump"), 1, 1, [bad])

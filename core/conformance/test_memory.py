@@ -120,8 +120,11 @@ def test_memcpy_device_to_device_same_device(device):
     b.free()
 
 
-@pytest.mark.parametrize("pattern", [b"\xab", np.uint16(0xBEEF), np.uint32(0xDEADBEEF),
-                                     np.uint64(0x0123456789ABCDEF), b"abc"], ids=["1", "2", "4", "8", "3"])
+@pytest.mark.parametrize(
+    "pattern",
+    [b"\xab", np.uint16(0xBEEF), np.uint32(0xDEADBEEF), np.uint64(0x0123456789ABCDEF), b"abc"],
+    ids=["1", "2", "4", "8", "3"],
+)
 def test_memfill_patterns(device, pattern):
     pat = bytes(pattern) if isinstance(pattern, bytes) else pattern.tobytes()
     size = len(pat) * 100

@@ -19,8 +19,12 @@ from ._util import loaded_once, shared_kernels  # noqa: F401 (fixtures)
 # (pattern, fill size): widths 1, 2, 4, 16, 17 (a packed struct) and 3 (not a power of two);
 # 1023 and 1022 are not multiples of 4.
 CASES = [
-    (b"\x42", 1024), (b"\x42", 1023), (np.uint16(0x4243).tobytes(), 1022),
-    (np.uint32(0xDEADBEEF).tobytes(), 1024), (b"\xff" * 16, 1024), (b"\xff" * 16 + b"\x7f", 17 * 64),
+    (b"\x42", 1024),
+    (b"\x42", 1023),
+    (np.uint16(0x4243).tobytes(), 1022),
+    (np.uint32(0xDEADBEEF).tobytes(), 1024),
+    (b"\xff" * 16, 1024),
+    (b"\xff" * 16 + b"\x7f", 17 * 64),
     (b"\x11\x22\x33", 3 * 1000),
 ]
 CASE_IDS = [f"{len(p)}B-x{n}" for p, n in CASES]

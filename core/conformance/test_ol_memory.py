@@ -4,6 +4,8 @@ kind, at its base and at an interior offset, with the error codes liboffload def
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -95,7 +97,7 @@ def test_live_allocations_never_overlap(device):
     sizes = [1, 7, 64, 100, 511, 512, 513, 4096, 5000, 65536] * 2
     allocs = [device.alloc(s) for s in sizes]
     spans = sorted((a.ptr, a.ptr + a.size) for a in allocs)
-    for (_, end), (start, _) in zip(spans, spans[1:]):
+    for (_, end), (start, _) in itertools.pairwise(spans):
         assert end <= start, "two live allocations overlap"
     for i, a in enumerate(allocs):
         pyoffload.memfill(a, np.uint8(i))

@@ -116,8 +116,9 @@ def test_global_write_at_an_offset_leaves_the_rest(device, kernels):
     assert np.array_equal(out, expect)
 
 
-@pytest.mark.parametrize("offset,nbytes", [(-4, 4), (60, 8), (64, 1), (0, 0)],
-                         ids=["negative", "overrun", "at-end", "empty"])
+@pytest.mark.parametrize(
+    "offset,nbytes", [(-4, 4), (60, 8), (64, 1), (0, 0)], ids=["negative", "overrun", "at-end", "empty"]
+)
 def test_global_writes_outside_it_are_invalid_sizes(device, kernels, offset, nbytes):
     table = _global_or_skip(kernels, "table")
     assert errc_of(table.write, b"\x07" * nbytes, offset=offset) is Errc.INVALID_SIZE

@@ -43,8 +43,7 @@ BODY = textwrap.dedent(
 def lines() -> list[list[str]]:
     """The answers of one process (one interpreter start for every case here)."""
     env = dict(os.environ, PYOFFLOAD_PLUGINS="")
-    proc = subprocess.run([sys.executable, "-c", PRELUDE + BODY], capture_output=True, text=True, env=env,
-                          timeout=60)
+    proc = subprocess.run([sys.executable, "-c", PRELUDE + BODY], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "Warning" not in proc.stderr, proc.stderr
     return [line.split() for line in proc.stdout.splitlines()]

@@ -41,8 +41,13 @@ SCRIPT = textwrap.dedent(
 
 def _run(device, mode):
     env = dict(os.environ, PYTHONWARNINGS="default")
-    return subprocess.run([sys.executable, "-c", SCRIPT.format(dev_id=device.id, mode=mode)],
-                          capture_output=True, text=True, env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", SCRIPT.format(dev_id=device.id, mode=mode)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
 
 
 def test_shutdown_with_live_objects(device, images):

@@ -100,8 +100,8 @@ def test_fill_at_an_offset(device, offset):
     pyoffload.memfill(a, b"\x00")
     pyoffload.memfill(a.ptr + offset, np.uint8(0x5A), 100)
     got = read(a, np.uint8, 256)
-    assert (got[offset: offset + 100] == 0x5A).all()
-    assert (got[:offset] == 0).all() and (got[offset + 100:] == 0).all()
+    assert (got[offset : offset + 100] == 0x5A).all()
+    assert (got[:offset] == 0).all() and (got[offset + 100 :] == 0).all()
     a.free()
 
 
@@ -143,7 +143,7 @@ def test_overlapping_copy_within_one_allocation_behaves_as_memmove(device, shift
     src, dst = (100, 100 + shift)
     pyoffload.memcpy(a.ptr + dst, a.ptr + src, length)
     expect = data.copy()
-    expect[dst: dst + length] = data[src: src + length]
+    expect[dst : dst + length] = data[src : src + length]
     assert np.array_equal(read(a, np.uint8, n), expect)
     a.free()
 

@@ -69,9 +69,15 @@ class PluginReport:
         return d[1] if isinstance(d, tuple) else (d.version if d is not None else "?")
 
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "distribution": self.distribution, "version": self.version,
-                "status": self.status, "reason": self.reason, "devices": self.devices,
-                "hook_api": list(self.hook_api) if self.hook_api else None}
+        return {
+            "name": self.name,
+            "distribution": self.distribution,
+            "version": self.version,
+            "status": self.status,
+            "reason": self.reason,
+            "devices": self.devices,
+            "hook_api": list(self.hook_api) if self.hook_api else None,
+        }
 
     def __repr__(self) -> str:
         return f"<PluginReport {self.line()}>"
@@ -272,11 +278,15 @@ def check_hook_api(plugin: Any) -> tuple[tuple[int, int] | None, str]:
         return None, f"HOOK_API must be a (major, minor) pair of ints, got {declared!r}"
     version = (major, minor)
     if major != HOOK_API[0]:
-        return version, (f"written for hook API {major}.{minor}; this runtime implements "
-                         f"{HOOK_API[0]}.{HOOK_API[1]} (another major version)")
+        return version, (
+            f"written for hook API {major}.{minor}; this runtime implements "
+            f"{HOOK_API[0]}.{HOOK_API[1]} (another major version)"
+        )
     if minor > HOOK_API[1]:
-        return version, (f"needs hook API {major}.{minor}; this runtime implements only "
-                         f"{HOOK_API[0]}.{HOOK_API[1]}: upgrade pyoffload")
+        return version, (
+            f"needs hook API {major}.{minor}; this runtime implements only "
+            f"{HOOK_API[0]}.{HOOK_API[1]}: upgrade pyoffload"
+        )
     return version, ""
 
 
@@ -342,8 +352,9 @@ def make_plugin_manager(name: str, plugin: Any, wrappers: Iterable[Any]) -> plug
     return pm
 
 
-def load_backends(allow: frozenset[str] | None, wrappers_for: Callable[[str], list[Any]],
-                  found: list[EntryPoint] | None = None) -> tuple[list[Backend], list[PluginReport]]:
+def load_backends(
+    allow: frozenset[str] | None, wrappers_for: Callable[[str], list[Any]], found: list[EntryPoint] | None = None
+) -> tuple[list[Backend], list[PluginReport]]:
     """Load every allowed plugin (``allow`` ``None``: all; the host backend always).
     ``wrappers_for(name)`` gives the wrapper plugins to register in that backend's manager."""
     entries = entry_points() if found is None else found
@@ -355,8 +366,12 @@ def load_backends(allow: frozenset[str] | None, wrappers_for: Callable[[str], li
     if unknown:
         # A misspelt name would otherwise just leave its backend out, with nothing said.
         known = ", ".join(sorted(by_name.keys() | {HOST_BACKEND}))
-        warnings.warn(f"PYOFFLOAD_PLUGINS names {', '.join(map(repr, unknown))}, which no installed plugin "
-                      f"provides (known plugins: {known}); ignored", UserWarning, stacklevel=2)
+        warnings.warn(
+            f"PYOFFLOAD_PLUGINS names {', '.join(map(repr, unknown))}, which no installed plugin "
+            f"provides (known plugins: {known}); ignored",
+            UserWarning,
+            stacklevel=2,
+        )
 
     backends: list[Backend] = []
     reports: list[PluginReport] = []

@@ -38,8 +38,9 @@ def queue_query_impl(device: Any, queue: Any) -> bool:
 
 
 @hookspec(firstresult=True)
-def launch_impl(device: Any, queue: Any, kernel: Any, grid: tuple[int, int, int],
-                block: tuple[int, int, int], args: Any) -> None:
+def launch_impl(
+    device: Any, queue: Any, kernel: Any, grid: tuple[int, int, int], block: tuple[int, int, int], args: Any
+) -> None:
     """Enqueue one launch of ``kernel``.
 
     ``grid`` is the number of work-groups per dimension and ``block`` the work-group size, both
@@ -55,8 +56,9 @@ def launch_impl(device: Any, queue: Any, kernel: Any, grid: tuple[int, int, int]
 
 
 @hookspec(firstresult=True)
-def launch_prepare_impl(device: Any, queue: Any, kernel: Any, grid: tuple[int, int, int],
-                        block: tuple[int, int, int], args: Any) -> Callable[[], None] | None:
+def launch_prepare_impl(
+    device: Any, queue: Any, kernel: Any, grid: tuple[int, int, int], block: tuple[int, int, int], args: Any
+) -> Callable[[], None] | None:
     """*Optional.* Bind one launch once and return a zero-argument function that enqueues it
     again each time it is called (``Queue.prepare``).
 

@@ -20,8 +20,14 @@ from typing import Any
 
 from ..backend import InvalidBinaryError, SymbolDesc, SymbolKind
 
-_MACHINES = {"x86_64": "EM_X86_64", "aarch64": "EM_AARCH64", "arm64": "EM_AARCH64", "ppc64le": "EM_PPC64",
-             "riscv64": "EM_RISCV", "s390x": "EM_S390"}
+_MACHINES = {
+    "x86_64": "EM_X86_64",
+    "aarch64": "EM_AARCH64",
+    "arm64": "EM_AARCH64",
+    "ppc64le": "EM_PPC64",
+    "riscv64": "EM_RISCV",
+    "s390x": "EM_S390",
+}
 HOST_MACHINE = _MACHINES.get(platform.machine(), platform.machine())
 
 # Symbols every shared object exports that are not the program's own.
@@ -91,8 +97,16 @@ def inspect_image(image: bytes) -> ImageInfo:
     except InvalidBinaryError:
         raise
     # what pyelftools raises on bytes the checks above do not cover (sections ld.so never reads)
-    except (ELFError, ConstructError, KeyError, ValueError, IndexError, ZeroDivisionError, OverflowError,
-            struct.error) as exc:
+    except (
+        ELFError,
+        ConstructError,
+        KeyError,
+        ValueError,
+        IndexError,
+        ZeroDivisionError,
+        OverflowError,
+        struct.error,
+    ) as exc:
         raise InvalidBinaryError(f"host backend: malformed ELF image: {exc!r}") from None
 
 
@@ -171,15 +185,66 @@ _TLS_LIMIT = 1 << 30
 _PF_X, _PF_W, _PF_R = 1, 2, 4
 _SHF_ALLOC = 0x2
 
-(DT_NULL, DT_NEEDED, DT_PLTRELSZ, DT_PLTGOT, DT_HASH, DT_STRTAB, DT_SYMTAB, DT_RELA, DT_RELASZ, DT_RELAENT,
- DT_STRSZ, DT_SYMENT, DT_INIT, DT_FINI, DT_SONAME, DT_RPATH, _, DT_REL, _, _, DT_PLTREL, _, DT_TEXTREL,
- DT_JMPREL, _, DT_INIT_ARRAY, DT_FINI_ARRAY, DT_INIT_ARRAYSZ, DT_FINI_ARRAYSZ, DT_RUNPATH, DT_FLAGS, _,
- DT_PREINIT_ARRAY, _, _, DT_RELRSZ, DT_RELR, DT_RELRENT) = range(38)
+(
+    DT_NULL,
+    DT_NEEDED,
+    DT_PLTRELSZ,
+    DT_PLTGOT,
+    DT_HASH,
+    DT_STRTAB,
+    DT_SYMTAB,
+    DT_RELA,
+    DT_RELASZ,
+    DT_RELAENT,
+    DT_STRSZ,
+    DT_SYMENT,
+    DT_INIT,
+    DT_FINI,
+    DT_SONAME,
+    DT_RPATH,
+    _,
+    DT_REL,
+    _,
+    _,
+    DT_PLTREL,
+    _,
+    DT_TEXTREL,
+    DT_JMPREL,
+    _,
+    DT_INIT_ARRAY,
+    DT_FINI_ARRAY,
+    DT_INIT_ARRAYSZ,
+    DT_FINI_ARRAYSZ,
+    DT_RUNPATH,
+    DT_FLAGS,
+    _,
+    DT_PREINIT_ARRAY,
+    _,
+    _,
+    DT_RELRSZ,
+    DT_RELR,
+    DT_RELRENT,
+) = range(38)
 DT_GNU_HASH, DT_VERSYM, DT_RELACOUNT, DT_VERDEF, DT_VERDEFNUM, DT_VERNEED, DT_VERNEEDNUM = (
-    0x6FFFFEF5, 0x6FFFFFF0, 0x6FFFFFF9, 0x6FFFFFFC, 0x6FFFFFFD, 0x6FFFFFFE, 0x6FFFFFFF)
-_DT_STRING_TAGS = {DT_NEEDED: "DT_NEEDED", DT_SONAME: "DT_SONAME", DT_RPATH: "DT_RPATH", DT_RUNPATH: "DT_RUNPATH",
-                   0x7FFFFFFD: "DT_AUXILIARY", 0x7FFFFFFF: "DT_FILTER", 0x6FFFFEFA: "DT_CONFIG",
-                   0x6FFFFEFB: "DT_DEPAUDIT", 0x6FFFFEFC: "DT_AUDIT"}
+    0x6FFFFEF5,
+    0x6FFFFFF0,
+    0x6FFFFFF9,
+    0x6FFFFFFC,
+    0x6FFFFFFD,
+    0x6FFFFFFE,
+    0x6FFFFFFF,
+)
+_DT_STRING_TAGS = {
+    DT_NEEDED: "DT_NEEDED",
+    DT_SONAME: "DT_SONAME",
+    DT_RPATH: "DT_RPATH",
+    DT_RUNPATH: "DT_RUNPATH",
+    0x7FFFFFFD: "DT_AUXILIARY",
+    0x7FFFFFFF: "DT_FILTER",
+    0x6FFFFEFA: "DT_CONFIG",
+    0x6FFFFEFB: "DT_DEPAUDIT",
+    0x6FFFFEFC: "DT_AUDIT",
+}
 _DF_TEXTREL, _DF_1_PIE = 0x4, 0x08000000
 DT_FLAGS_1 = 0x6FFFFFFB
 
@@ -202,14 +267,25 @@ class _Relocs:
 _RELOCS = {
     # R_X86_64_: NONE 64 PC32 GLOB_DAT JUMP_SLOT RELATIVE 32 32S DTPMOD64 DTPOFF64 TPOFF64 SIZE32
     # SIZE64 TLSDESC IRELATIVE (COPY is refused: it copies st_size bytes from another object).
-    "EM_X86_64": _Relocs({0: 0, 1: 8, 2: 4, 6: 8, 7: 8, 8: 8, 10: 4, 11: 4, 16: 8, 17: 8, 18: 8, 32: 4, 33: 8,
-                          36: 16, 37: 8}, relative=8, irelative=37, jump_slot=7, tlsdesc=36,
-                         symbolic=frozenset({1, 6, 7}), got=frozenset({6, 7, 16, 17, 18, 36, 37})),
+    "EM_X86_64": _Relocs(
+        {0: 0, 1: 8, 2: 4, 6: 8, 7: 8, 8: 8, 10: 4, 11: 4, 16: 8, 17: 8, 18: 8, 32: 4, 33: 8, 36: 16, 37: 8},
+        relative=8,
+        irelative=37,
+        jump_slot=7,
+        tlsdesc=36,
+        symbolic=frozenset({1, 6, 7}),
+        got=frozenset({6, 7, 16, 17, 18, 36, 37}),
+    ),
     # R_AARCH64_: NONE ABS64 GLOB_DAT JUMP_SLOT RELATIVE TLS_DTPMOD TLS_DTPREL TLS_TPREL TLSDESC IRELATIVE
-    "EM_AARCH64": _Relocs({0: 0, 257: 8, 1025: 8, 1026: 8, 1027: 8, 1028: 8, 1029: 8, 1030: 8, 1031: 16,
-                           1032: 8}, relative=1027, irelative=1032, jump_slot=1026, tlsdesc=1031,
-                          symbolic=frozenset({257, 1025, 1026}),
-                          got=frozenset({1025, 1026, 1028, 1029, 1030, 1031, 1032})),
+    "EM_AARCH64": _Relocs(
+        {0: 0, 257: 8, 1025: 8, 1026: 8, 1027: 8, 1028: 8, 1029: 8, 1030: 8, 1031: 16, 1032: 8},
+        relative=1027,
+        irelative=1032,
+        jump_slot=1026,
+        tlsdesc=1031,
+        symbolic=frozenset({257, 1025, 1026}),
+        got=frozenset({1025, 1026, 1028, 1029, 1030, 1031, 1032}),
+    ),
 }
 
 
@@ -236,7 +312,7 @@ class _Layout:
         for seg in self.loads:
             if seg["p_vaddr"] <= addr and addr + size <= seg["p_vaddr"] + seg["p_filesz"] and seg["p_flags"] & _PF_R:
                 start = seg["p_offset"] + addr - seg["p_vaddr"]
-                return self.image[start:start + size]
+                return self.image[start : start + size]
         raise _bad(f"{what} (0x{addr:x}, {size} bytes) is not inside a readable loaded segment of the file")
 
     def writable(self, addr: int, size: int, what: str, textrel: bool) -> None:
@@ -260,7 +336,8 @@ def _check_ranges(image: bytes, elf: Any) -> tuple[list[Any], list[Any]]:
     if elf.elfclass != 8 * struct.calcsize("P") or elf.little_endian != (sys.byteorder == "little"):
         raise InvalidBinaryError(
             f"host backend: ELF image is {elf.elfclass}-bit {'little' if elf.little_endian else 'big'}-endian, "
-            f"this host is {8 * struct.calcsize('P')}-bit {sys.byteorder}-endian")
+            f"this host is {8 * struct.calcsize('P')}-bit {sys.byteorder}-endian"
+        )
     _check_header(elf)
     if hdr["e_ident"]["EI_VERSION"] != "EV_CURRENT" or hdr["e_version"] != "EV_CURRENT":
         raise _bad("unknown ELF version")
@@ -269,46 +346,69 @@ def _check_ranges(image: bytes, elf: Any) -> tuple[list[Any], list[Any]]:
     phnum = hdr["e_phnum"]
     if not 0 < phnum < 0xFFFF or hdr["e_phoff"] + phnum * _PHDR_SIZE > size:
         raise _bad(f"{phnum} program headers at offset {hdr['e_phoff']} do not fit in the {size}-byte file")
-    phdrs = [elf.structs.Elf_Phdr.parse(image[off:off + _PHDR_SIZE])
-             for off in range(hdr["e_phoff"], hdr["e_phoff"] + phnum * _PHDR_SIZE, _PHDR_SIZE)]
+    phdrs = [
+        elf.structs.Elf_Phdr.parse(image[off : off + _PHDR_SIZE])
+        for off in range(hdr["e_phoff"], hdr["e_phoff"] + phnum * _PHDR_SIZE, _PHDR_SIZE)
+    ]
     for i, ph in enumerate(phdrs):
         if ph["p_offset"] + ph["p_filesz"] > size:
             raise _bad(f"program header {i} ({ph['p_type']}) reaches past the end of the file")
-        if ph["p_vaddr"] + ph["p_memsz"] > _ADDRESS_SPACE or ph["p_filesz"] > ph["p_memsz"] and ph["p_type"] in (
-                "PT_LOAD", "PT_TLS"):
+        if (
+            ph["p_vaddr"] + ph["p_memsz"] > _ADDRESS_SPACE
+            or ph["p_filesz"] > ph["p_memsz"]
+            and ph["p_type"] in ("PT_LOAD", "PT_TLS")
+        ):
             raise _bad(f"program header {i} ({ph['p_type']}) has sizes filesz={ph['p_filesz']} memsz={ph['p_memsz']}")
         if ph["p_type"] == "PT_TLS" and ph["p_memsz"] > _TLS_LIMIT:
             raise _bad(f"PT_TLS of {ph['p_memsz']} bytes (each thread gets a copy; glibc aborts when it cannot)")
         align = ph["p_align"]
-        if ph["p_type"] in ("PT_LOAD", "PT_TLS") and align > 1 and (
-                align & (align - 1) or (ph["p_vaddr"] - ph["p_offset"]) % align):
+        if (
+            ph["p_type"] in ("PT_LOAD", "PT_TLS")
+            and align > 1
+            and (align & (align - 1) or (ph["p_vaddr"] - ph["p_offset"]) % align)
+        ):
             raise _bad(f"program header {i} ({ph['p_type']}) has alignment {align}")
     shnum = 0
     shoff = hdr["e_shoff"]
     if shoff:
         if hdr["e_shentsize"] != _SHDR_SIZE or shoff + _SHDR_SIZE > size:
             raise _bad(f"section headers at offset {shoff} (entry size {hdr['e_shentsize']}) are outside the file")
-        shnum = hdr["e_shnum"] or elf.structs.Elf_Shdr.parse(image[shoff:shoff + _SHDR_SIZE])["sh_size"]
+        shnum = hdr["e_shnum"] or elf.structs.Elf_Shdr.parse(image[shoff : shoff + _SHDR_SIZE])["sh_size"]
         if shoff + shnum * _SHDR_SIZE > size:
             raise _bad(f"{shnum} section headers at offset {shoff} do not fit in the {size}-byte file")
-    shdrs = [elf.structs.Elf_Shdr.parse(image[off:off + _SHDR_SIZE])
-             for off in range(shoff, shoff + shnum * _SHDR_SIZE, _SHDR_SIZE)]
+    shdrs = [
+        elf.structs.Elf_Shdr.parse(image[off : off + _SHDR_SIZE])
+        for off in range(shoff, shoff + shnum * _SHDR_SIZE, _SHDR_SIZE)
+    ]
     for i, sh in enumerate(shdrs):
         if sh["sh_type"] != "SHT_NOBITS" and sh["sh_offset"] + sh["sh_size"] > size:
             raise _bad(f"section {i} ({sh['sh_type']}) reaches past the end of the file")
         if sh["sh_link"] >= max(shnum, 1) or sh["sh_addr"] + sh["sh_size"] > _U64:
             raise _bad(f"section {i} ({sh['sh_type']}) has link {sh['sh_link']} / address 0x{sh['sh_addr']:x}")
-        if sh["sh_type"] in ("SHT_SYMTAB", "SHT_DYNSYM") and (sh["sh_entsize"] != _SYM_SIZE or sh["sh_size"] % _SYM_SIZE
-                                                            or shdrs[sh["sh_link"]]["sh_type"] != "SHT_STRTAB"):
+        if sh["sh_type"] in ("SHT_SYMTAB", "SHT_DYNSYM") and (
+            sh["sh_entsize"] != _SYM_SIZE
+            or sh["sh_size"] % _SYM_SIZE
+            or shdrs[sh["sh_link"]]["sh_type"] != "SHT_STRTAB"
+        ):
             raise _bad(f"symbol table section {i} has entry size {sh['sh_entsize']}, size {sh['sh_size']}")
     if shnum:
         for i, sh in enumerate(shdrs):  # loaded contents the file holds are mapped from where they are
-            if sh["sh_flags"] & _SHF_ALLOC and sh["sh_type"] != "SHT_NOBITS" and sh["sh_size"] and not any(
-                    ph["p_type"] == "PT_LOAD" and ph["p_vaddr"] <= sh["sh_addr"]
+            if (
+                sh["sh_flags"] & _SHF_ALLOC
+                and sh["sh_type"] != "SHT_NOBITS"
+                and sh["sh_size"]
+                and not any(
+                    ph["p_type"] == "PT_LOAD"
+                    and ph["p_vaddr"] <= sh["sh_addr"]
                     and sh["sh_addr"] + sh["sh_size"] <= ph["p_vaddr"] + ph["p_filesz"]
-                    and sh["sh_offset"] - ph["p_offset"] == sh["sh_addr"] - ph["p_vaddr"] for ph in phdrs):
-                raise _bad(f"section {i} (0x{sh['sh_addr']:x}, {sh['sh_size']} bytes) is not mapped from the file "
-                           "by a PT_LOAD segment")
+                    and sh["sh_offset"] - ph["p_offset"] == sh["sh_addr"] - ph["p_vaddr"]
+                    for ph in phdrs
+                )
+            ):
+                raise _bad(
+                    f"section {i} (0x{sh['sh_addr']:x}, {sh['sh_size']} bytes) is not mapped from the file "
+                    "by a PT_LOAD segment"
+                )
         strndx = elf.get_shstrndx()
         if strndx >= shnum or shdrs[strndx]["sh_type"] != "SHT_STRTAB":
             raise _bad(f"section name table index {strndx} is not a string table")
@@ -352,7 +452,7 @@ def _dynamic(layout: _Layout, dynamic: Any, fmt: str, strings: list[tuple[int, i
     winning); the entries that name strings are appended to ``strings``."""
     raw = layout.read(dynamic["p_vaddr"], dynamic["p_filesz"], "the dynamic section")
     tags: dict[int, int] = {}
-    for tag, val in struct.iter_unpack(f"{fmt}qQ", raw[:len(raw) // _DYN_SIZE * _DYN_SIZE]):
+    for tag, val in struct.iter_unpack(f"{fmt}qQ", raw[: len(raw) // _DYN_SIZE * _DYN_SIZE]):
         if tag == DT_NULL:
             break
         tags[tag] = val
@@ -363,8 +463,9 @@ def _dynamic(layout: _Layout, dynamic: Any, fmt: str, strings: list[tuple[int, i
     return tags
 
 
-def _table(layout: _Layout, tags: dict[int, int], addr_tag: int, size_tag: int, ent_tag: int | None, entsize: int,
-           what: str) -> bytes:
+def _table(
+    layout: _Layout, tags: dict[int, int], addr_tag: int, size_tag: int, ent_tag: int | None, entsize: int, what: str
+) -> bytes:
     """The bytes of an optional table named by an address tag and a size tag (empty if absent)."""
     if addr_tag not in tags:
         if size_tag in tags:  # an address entry lost: what it described would be left unrelocated
@@ -387,8 +488,9 @@ def _symbol_count(layout: _Layout, tags: dict[int, int], fmt: str) -> int:
         nbucket, nchain = struct.unpack(f"{fmt}II", layout.read(tags[DT_HASH], 8, "DT_HASH header"))
         if not nbucket:
             raise _bad("DT_HASH has no buckets")
-        words = struct.unpack(f"{fmt}{nbucket + nchain}I",
-                              layout.read(tags[DT_HASH] + 8, 4 * (nbucket + nchain), "DT_HASH table"))
+        words = struct.unpack(
+            f"{fmt}{nbucket + nchain}I", layout.read(tags[DT_HASH] + 8, 4 * (nbucket + nchain), "DT_HASH table")
+        )
         chain = words[nbucket:]
         for start in words[:nbucket]:
             seen = 0
@@ -401,7 +503,8 @@ def _symbol_count(layout: _Layout, tags: dict[int, int], fmt: str) -> int:
     if DT_GNU_HASH in tags:
         base = tags[DT_GNU_HASH]
         nbuckets, symoffset, bloom_size, bloom_shift = struct.unpack(
-            f"{fmt}4I", layout.read(base, 16, "DT_GNU_HASH header"))
+            f"{fmt}4I", layout.read(base, 16, "DT_GNU_HASH header")
+        )
         # ld.so divides by the bucket count and masks with bloom_size - 1 (asserting a power of two)
         if not nbuckets or not bloom_size or bloom_size & (bloom_size - 1) or bloom_shift >= 64:
             raise _bad(f"DT_GNU_HASH has {nbuckets} buckets, bloom size {bloom_size}, shift {bloom_shift}")
@@ -430,7 +533,7 @@ def _symbol_count(layout: _Layout, tags: dict[int, int], fmt: str) -> int:
 
 
 def _string(strtab: bytes, offset: int) -> bytes:
-    return strtab[offset:strtab.index(b"\0", offset)]
+    return strtab[offset : strtab.index(b"\0", offset)]
 
 
 def _versions(layout: _Layout, tags: dict[int, int], fmt: str, strtab: bytes, needed: set[bytes], nsyms: int) -> None:
@@ -478,9 +581,12 @@ def _function_starts(image: bytes, shdrs: list[Any], fmt: str) -> frozenset[int]
     """Addresses of the functions of the full symbol table (None when the image is stripped)."""
     for sh in shdrs:
         if sh["sh_type"] == "SHT_SYMTAB":
-            raw = image[sh["sh_offset"]:sh["sh_offset"] + sh["sh_size"]]
-            return frozenset(value for _n, info, _o, _s, value, _z in struct.iter_unpack(f"{fmt}IBBHQQ", raw)
-                             if info & 0xF in (2, 10))  # STT_FUNC, STT_GNU_IFUNC
+            raw = image[sh["sh_offset"] : sh["sh_offset"] + sh["sh_size"]]
+            return frozenset(
+                value
+                for _n, info, _o, _s, value, _z in struct.iter_unpack(f"{fmt}IBBHQQ", raw)
+                if info & 0xF in (2, 10)
+            )  # STT_FUNC, STT_GNU_IFUNC
     return None
 
 
@@ -494,8 +600,10 @@ def validate(image: bytes, elf: Any) -> None:
     strings: list[tuple[int, int]] = []
     tags = _dynamic(layout, dynamic, fmt, strings)
     if tags.get(DT_FLAGS_1, 0) & _DF_1_PIE:
-        raise InvalidBinaryError("host backend: ELF image is a position-independent executable, not a shared "
-                                 "object; build one with `cc -shared -fPIC`")
+        raise InvalidBinaryError(
+            "host backend: ELF image is a position-independent executable, not a shared "
+            "object; build one with `cc -shared -fPIC`"
+        )
     if DT_STRTAB not in tags or DT_SYMTAB not in tags or DT_STRSZ not in tags:
         raise _bad("the dynamic section lacks DT_STRTAB, DT_STRSZ or DT_SYMTAB")
     strsz = tags[DT_STRSZ]
@@ -547,14 +655,23 @@ def validate(image: bytes, elf: Any) -> None:
             raise _bad(f"dynamic symbol {i} at 0x{value:x} ({size} bytes) is not inside a loaded segment")
         # The listing hands a global's size to callers as the bytes they may access: it must fit
         # the section the symbol claims (linker-made markers such as _end have no size).
-        if size and shdrs and info & 0xF != 6 and not (
-                shndx < len(shdrs) and shdrs[shndx]["sh_addr"] <= value
-                and value + size <= shdrs[shndx]["sh_addr"] + shdrs[shndx]["sh_size"]):
+        if (
+            size
+            and shdrs
+            and info & 0xF != 6
+            and not (
+                shndx < len(shdrs)
+                and shdrs[shndx]["sh_addr"] <= value
+                and value + size <= shdrs[shndx]["sh_addr"] + shdrs[shndx]["sh_size"]
+            )
+        ):
             raise _bad(f"dynamic symbol {i} at 0x{value:x} ({size} bytes) is not inside its section {shndx}")
     for sh in shdrs:  # the section view the symbol listing reads must be the table ld.so uses
-        if sh["sh_type"] == "SHT_DYNSYM" and (sh["sh_addr"] != tags[DT_SYMTAB]
-                                              or shdrs[sh["sh_link"]]["sh_addr"] != tags[DT_STRTAB]
-                                              or shdrs[sh["sh_link"]]["sh_size"] > strsz):
+        if sh["sh_type"] == "SHT_DYNSYM" and (
+            sh["sh_addr"] != tags[DT_SYMTAB]
+            or shdrs[sh["sh_link"]]["sh_addr"] != tags[DT_STRTAB]
+            or shdrs[sh["sh_link"]]["sh_size"] > strsz
+        ):
             raise _bad(".dynsym section disagrees with the dynamic section's symbol table")
     needed = {_string(strtab, val) for tag, val in strings if tag == DT_NEEDED}
     _versions(layout, tags, fmt, strtab, needed, nsyms)
@@ -562,8 +679,14 @@ def validate(image: bytes, elf: Any) -> None:
     _relocations(layout, tags, fmt, nsyms, syms, starts)
 
 
-def _relocations(layout: _Layout, tags: dict[int, int], fmt: str, nsyms: int, syms: list[tuple[int, ...]],
-                 starts: frozenset[int] | None) -> None:
+def _relocations(
+    layout: _Layout,
+    tags: dict[int, int],
+    fmt: str,
+    nsyms: int,
+    syms: list[tuple[int, ...]],
+    starts: frozenset[int] | None,
+) -> None:
     """Every relocation writes inside a writable segment and names a symbol of the table; every
     address ld.so calls (constructors, destructors, IFUNC resolvers) is the start of code."""
     relocs = _RELOCS.get(HOST_MACHINE)
@@ -581,8 +704,11 @@ def _relocations(layout: _Layout, tags: dict[int, int], fmt: str, nsyms: int, sy
     got_slots: set[int] = set()
     # the PLT's GOT: three reserved words, then one slot per PLT relocation
     plt_got = tags.get(DT_PLTGOT, 0) + 24
-    plt_count = sum(1 for _o, info, _a in struct.iter_unpack(f"{fmt}QQq", plt)
-                    if relocs is None or info & 0xFFFFFFFF != relocs.tlsdesc)  # TLSDESC fills .got pairs
+    plt_count = sum(
+        1
+        for _o, info, _a in struct.iter_unpack(f"{fmt}QQq", plt)
+        if relocs is None or info & 0xFFFFFFFF != relocs.tlsdesc
+    )  # TLSDESC fills .got pairs
     plt_slots = (plt_got, plt_got + 8 * plt_count)
     targets: dict[int, int | None] = {}  # address written -> the code address it will hold (None: not code)
     for index, (offset, info, addend) in enumerate(struct.iter_unpack(f"{fmt}QQq", rela + plt)):
@@ -605,8 +731,12 @@ def _relocations(layout: _Layout, tags: dict[int, int], fmt: str, nsyms: int, sy
             if offset % 8 or offset in got_slots:
                 raise _bad(f"relocation {index} fills GOT slot 0x{offset:x}, misaligned or already filled")
             got_slots.add(offset)
-        if relocs is not None and index >= len(rela) // _RELA_SIZE and rtype != relocs.tlsdesc and (
-                rtype not in (relocs.jump_slot, relocs.irelative) or not plt_slots[0] <= offset < plt_slots[1]):
+        if (
+            relocs is not None
+            and index >= len(rela) // _RELA_SIZE
+            and rtype != relocs.tlsdesc
+            and (rtype not in (relocs.jump_slot, relocs.irelative) or not plt_slots[0] <= offset < plt_slots[1])
+        ):
             # every PLT relocation fills its own slot of the PLT's GOT, so together they fill all
             raise _bad(f"PLT relocation {index} (type {rtype}) does not fill a slot of the PLT's GOT")
         if relocs is not None and rtype == relocs.irelative:
@@ -637,8 +767,10 @@ def _relocations(layout: _Layout, tags: dict[int, int], fmt: str, nsyms: int, sy
     for tag in (DT_INIT, DT_FINI):
         if tag in tags:  # ld.so calls it whatever its value, 0 included
             layout.code(tags[tag], "DT_INIT" if tag == DT_INIT else "DT_FINI", starts)
-    for addr_tag, size_tag, what in ((DT_INIT_ARRAY, DT_INIT_ARRAYSZ, "DT_INIT_ARRAY"),
-                                     (DT_FINI_ARRAY, DT_FINI_ARRAYSZ, "DT_FINI_ARRAY")):
+    for addr_tag, size_tag, what in (
+        (DT_INIT_ARRAY, DT_INIT_ARRAYSZ, "DT_INIT_ARRAY"),
+        (DT_FINI_ARRAY, DT_FINI_ARRAYSZ, "DT_FINI_ARRAY"),
+    ):
         raw = _table(layout, tags, addr_tag, size_tag, None, 8, what)
         for i, _ in enumerate(struct.iter_unpack(f"{fmt}Q", raw)):
             slot = tags[addr_tag] + 8 * i

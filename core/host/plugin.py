@@ -166,7 +166,7 @@ def data_alloc_impl(context: Any, device: Any, size: int, kind: AllocKind) -> in
     if size >= HUGE_PAGES_FROM and _madvise is not None:
         start = (ptr + _PAGE - 1) & ~(_PAGE - 1)
         _madvise(start, (ptr + size - start) & ~(_PAGE - 1), MADV_HUGEPAGE)  # (a refusal changes nothing)
-    return ptr
+    return int(ptr)
 
 
 @hookimpl
@@ -175,8 +175,11 @@ def data_free_impl(context: Any, device: Any, ptr: int, kind: AllocKind) -> None
 
 
 def _address(mv: memoryview) -> int:
-    return ctypes.addressof(ctypes.c_char.from_buffer(mv)) if not mv.readonly else int(
-        np.frombuffer(mv, dtype=np.uint8).ctypes.data)
+    return (
+        ctypes.addressof(ctypes.c_char.from_buffer(mv))
+        if not mv.readonly
+        else int(np.frombuffer(mv, dtype=np.uint8).ctypes.data)
+    )
 
 
 @hookimpl
@@ -225,7 +228,7 @@ def load_binary_impl(context: Any, device: Any, image: bytes) -> HostProgram:
     try:
         view = memoryview(image)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         lib = ctypes.CDLL(f"/proc/self/fd/{fd}", mode=os.RTLD_NOW | os.RTLD_LOCAL)
     except (OSError, UnicodeDecodeError) as exc:  # ctypes fails to decode an error naming a non-UTF-8 file
         os.close(fd)
@@ -236,8 +239,10 @@ def load_binary_impl(context: Any, device: Any, image: bytes) -> HostProgram:
     if missing:
         _dlclose(lib._handle)
         os.close(fd)
-        raise InvalidBinaryError(f"host backend: malformed ELF image: the loader's hash table does not find "
-                                 f"the exported symbols {', '.join(missing)}")
+        raise InvalidBinaryError(
+            f"host backend: malformed ELF image: the loader's hash table does not find "
+            f"the exported symbols {', '.join(missing)}"
+        )
     return HostProgram(lib, info, fd)
 
 
@@ -298,9 +303,16 @@ def compiler_id_impl(device: Any) -> str | None:
 
 _CTYPES = {
     "ptr": ctypes.c_void_p,
-    "i8": ctypes.c_int8, "i16": ctypes.c_int16, "i32": ctypes.c_int32, "i64": ctypes.c_int64,
-    "u8": ctypes.c_uint8, "u16": ctypes.c_uint16, "u32": ctypes.c_uint32, "u64": ctypes.c_uint64,
-    "f32": ctypes.c_float, "f64": ctypes.c_double,
+    "i8": ctypes.c_int8,
+    "i16": ctypes.c_int16,
+    "i32": ctypes.c_int32,
+    "i64": ctypes.c_int64,
+    "u8": ctypes.c_uint8,
+    "u16": ctypes.c_uint16,
+    "u32": ctypes.c_uint32,
+    "u64": ctypes.c_uint64,
+    "f32": ctypes.c_float,
+    "f64": ctypes.c_double,
 }
 
 
@@ -339,8 +351,9 @@ class _Scratch:
         self.size = local.size
 
 
-def _run_parallel(kernel: HostKernel, pool: ChunkPool, grid: tuple[int, int, int], block: tuple[int, int, int],
-                  args: tuple[Any, ...]) -> None:
+def _run_parallel(
+    kernel: HostKernel, pool: ChunkPool, grid: tuple[int, int, int], block: tuple[int, int, int], args: tuple[Any, ...]
+) -> None:
     """One launch of a data-parallel kernel, on its queue's worker thread: the work-groups in
     contiguous chunks, one per pool thread, then the trap check."""
     total = grid[0] * grid[1] * grid[2]
@@ -361,12 +374,16 @@ def _run_parallel(kernel: HostKernel, pool: ChunkPool, grid: tuple[int, int, int
         pool.run(kernel.fn, chunks)
     trapped = [g.trapped - 1 for g in groups if g.trapped]
     if trapped:
-        raise OffloadError(f"host backend: kernel {kernel.name!r} trapped (pyoffload_trap) in work-group "
-                           f"{min(trapped)} of {total} (grid {grid}, block {block})")
+        raise OffloadError(
+            f"host backend: kernel {kernel.name!r} trapped (pyoffload_trap) in work-group "
+            f"{min(trapped)} of {total} (grid {grid}, block {block})"
+        )
 
 
 @hookimpl
-def launch_impl(device: Any, queue: HostQueue, kernel: HostKernel, grid: Any, block: Any, args: tuple[Any, ...]) -> None:
+def launch_impl(
+    device: Any, queue: HostQueue, kernel: HostKernel, grid: Any, block: Any, args: tuple[Any, ...]
+) -> None:
     if kernel.parallel:
         queue.submit(_run_parallel, (kernel, _POOL, grid, block, args))
     else:
@@ -374,8 +391,9 @@ def launch_impl(device: Any, queue: HostQueue, kernel: HostKernel, grid: Any, bl
 
 
 @hookimpl
-def launch_prepare_impl(device: Any, queue: HostQueue, kernel: HostKernel, grid: Any, block: Any,
-                        args: tuple[Any, ...]) -> Callable[[], None]:
+def launch_prepare_impl(
+    device: Any, queue: HostQueue, kernel: HostKernel, grid: Any, block: Any, args: tuple[Any, ...]
+) -> Callable[[], None]:
     submit = queue.submit
     if kernel.parallel:
         run = (kernel, _POOL, grid, block, args)

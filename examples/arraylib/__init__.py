@@ -81,8 +81,9 @@ def _free(queue: pyoffload.Queue, alloc: pyoffload.Allocation) -> None:
 class Array:
     """A contiguous array of ``dtype`` (float32 or float64) in ``device``'s memory."""
 
-    def __init__(self, shape: tuple[int, ...], dtype: Any, device: pyoffload.Device,
-                 kind: AllocKind = AllocKind.DEVICE) -> None:
+    def __init__(
+        self, shape: tuple[int, ...], dtype: Any, device: pyoffload.Device, kind: AllocKind = AllocKind.DEVICE
+    ) -> None:
         self.shape = tuple(int(d) for d in shape)
         self.dtype = np.dtype(dtype)
         if self.dtype not in _SUFFIX:
@@ -96,8 +97,7 @@ class Array:
         # Left out at interpreter exit, where pyoffload's own teardown frees everything.
         weakref.finalize(self, _free, self._state.queue, self.alloc).atexit = False
 
-    def _launch(self, name: str, out: Array, *args: Any, grid: int | None = None,
-                block: int = BLOCK) -> Array:
+    def _launch(self, name: str, out: Array, *args: Any, grid: int | None = None, block: int = BLOCK) -> Array:
         kernel = self._state.kernel(f"{name}_{_SUFFIX[self.dtype]}")
         if grid is None:
             grid = max(1, -(-self.size // block))
@@ -155,8 +155,12 @@ class Array:
         return f"arraylib.Array(shape={self.shape}, dtype={self.dtype}, device={self.device.id})"
 
 
-def empty(shape: tuple[int, ...] | int, dtype: Any = np.float32, device: pyoffload.Device | None = None,
-          kind: AllocKind = AllocKind.DEVICE) -> Array:
+def empty(
+    shape: tuple[int, ...] | int,
+    dtype: Any = np.float32,
+    device: pyoffload.Device | None = None,
+    kind: AllocKind = AllocKind.DEVICE,
+) -> Array:
     """An uninitialised array on ``device`` (the first device by default)."""
     dims = (shape,) if isinstance(shape, int) else shape
     return Array(dims, dtype, device or pyoffload.devices()[0], kind)

@@ -46,7 +46,7 @@ def main(rounds: int, seed: int) -> int:
     rng = random.Random(seed)
     n = 4096
     x = np.arange(n, dtype=np.float32)
-    for r in range(rounds):
+    for _ in range(rounds):
         # one array per device, then a chain of moves through all of them, every step doing work
         arrays = [arraylib.asarray(x + i, d) for i, d in enumerate(devices)]
         expect = [x + i for i in range(len(devices))]
@@ -56,8 +56,9 @@ def main(rounds: int, seed: int) -> int:
             if rng.random() < 0.5:  # a host function on the target waits for the source's work so far
                 arrays[j]._state.queue.launch_host_function(source.record().wait)
             elif rng.random() < 0.5:  # ... or for one of its operations, without a marker of its own
-                arrays[j]._state.queue.launch_host_function((arrays[i] * 1.0)._state.queue.launch_host_function(
-                    lambda: None).wait)
+                arrays[j]._state.queue.launch_host_function(
+                    (arrays[i] * 1.0)._state.queue.launch_host_function(lambda: None).wait
+                )
             if rng.random() < 0.3:
                 crossed_wait(arrays[i], arrays[j])
             moved = arrays[i].to(devices[j])
@@ -68,7 +69,7 @@ def main(rounds: int, seed: int) -> int:
             if rng.random() < 0.3:  # a read-back in the middle: a wait on one queue
                 k = rng.randrange(len(devices))
                 np.testing.assert_allclose(arrays[k].numpy(), expect[k], rtol=1e-5)
-        for got, want in zip(arrays, expect):
+        for got, want in zip(arrays, expect, strict=True):
             np.testing.assert_allclose(got.numpy(), want, rtol=1e-5)
     pyoffload.shutdown()
     return 0

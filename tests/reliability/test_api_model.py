@@ -14,7 +14,6 @@ import os
 import threading
 
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, precondition, rule
@@ -76,8 +75,13 @@ class ApiMachine(RuleBasedStateMachine):
 
     # -- rules ----------------------------------------------------------------------------------
 
-    @rule(target=allocs, d=st.integers(0, 1), size=st.sampled_from([4, 64, 100, 4096, 70000]),
-          kind=st.sampled_from(list(AllocKind)), byte=st.integers(0, 255))
+    @rule(
+        target=allocs,
+        d=st.integers(0, 1),
+        size=st.sampled_from([4, 64, 100, 4096, 70000]),
+        kind=st.sampled_from(list(AllocKind)),
+        byte=st.integers(0, 255),
+    )
     def alloc(self, d, size, kind, byte):
         RUNS["steps"] += 1
         a = self.devices[d].alloc(size, kind)
@@ -147,7 +151,7 @@ class ApiMachine(RuleBasedStateMachine):
     @rule(lo=st.integers(0, 63), length=st.integers(1, 64))
     def lock(self, lo, length):
         RUNS["steps"] += 1
-        view = self.host_buffer[lo * 64: (lo + length) * 64]
+        view = self.host_buffer[lo * 64 : (lo + length) * 64]
         try:
             self.devices[0].lock(view)
         except pyoffload.InvalidArgumentError:
@@ -187,8 +191,13 @@ class ApiMachine(RuleBasedStateMachine):
 
 
 def test_api_model(twin_runtime):
-    ApiMachine.TestCase.settings = settings(max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None,
-                                            suppress_health_check=[HealthCheck.too_slow], database=None)
+    ApiMachine.TestCase.settings = settings(
+        max_examples=EXAMPLES,
+        stateful_step_count=STEPS,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+        database=None,
+    )
     ApiMachine.TestCase().runTest()
     print(f"\nAPI model: {RUNS['examples']} examples, {RUNS['steps']} operations")
     assert RUNS["steps"] > EXAMPLES

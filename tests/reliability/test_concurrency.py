@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 import pyoffload
+from conftest import check_registry
 from pyoffload import AllocKind
 from pyoffload.host.compiler import packaged_image
 
@@ -25,7 +26,6 @@ def _kernels_image(dev):
     """The device's own build of the conformance kernels (an ELF for host, OpenCL C for PoCL...)."""
     return dev.disp.conformance_images_impl(dev.handle)["kernels"]
 
-from conftest import check_registry
 
 THREADS = 8
 DURATION_S = 12.0
@@ -126,7 +126,7 @@ def worker(seed: int, sh: Shared, deadline: float, done: list[dict[str, Any]]) -
                 else:
                     buf = rng.choice(host_buffers)
                     lo = rng.randrange(0, buf.size // 2)
-                    view = buf[lo: lo + rng.randrange(1, buf.size // 2)]
+                    view = buf[lo : lo + rng.randrange(1, buf.size // 2)]
                     try:
                         dev.lock(view)
                         locked.append((dev, view))
@@ -173,8 +173,13 @@ def test_stress(twin_runtime):
     # the registry holds exactly what is alive: every live allocation once, no freed one
     live = [a for d in done for a, _ in d["mine"]] + [a for a, _ in sh.handoff]
     # and the globals of the programs still loaded (recorded at load, released at unload)
-    globals_ = [p.global_variable(s.name).allocation for d in done for p in d["programs"].values()
-                for s in p.symbols() if s.kind is pyoffload.SymbolKind.GLOBAL and s.size]
+    globals_ = [
+        p.global_variable(s.name).allocation
+        for d in done
+        for p in d["programs"].values()
+        for s in p.symbols()
+        if s.kind is pyoffload.SymbolKind.GLOBAL and s.size
+    ]
     registered = {base: alloc for base, _, alloc in rt.registry}
     assert len(registered) == len(rt.registry) == before + len(live) + len(globals_)
     for a in live + globals_:

@@ -24,8 +24,15 @@ def test_moves_between_backends_in_four_processes_never_hang() -> None:
     backends = {d.backend for d in pyoffload.devices()}
     if not {"host", "opencl"} <= backends:
         pytest.skip("needs the host device and an OpenCL device")
-    procs = [subprocess.Popen([sys.executable, SCRIPT, str(ROUNDS), str(seed)], stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for seed in range(PROCESSES)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, SCRIPT, str(ROUNDS), str(seed)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for seed in range(PROCESSES)
+    ]
     hung, failed = [], []
     for seed, p in enumerate(procs):
         try:

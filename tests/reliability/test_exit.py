@@ -105,8 +105,7 @@ def test_exit_from_a_thread_with_work_in_flight(tmp_path):
 
 def _run(script: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess:
     full_env = dict(os.environ, **env)
-    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout,
-                          env=full_env)
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout, env=full_env)
 
 
 def test_exit_while_daemon_threads_allocate_and_free(tmp_path):
@@ -232,8 +231,9 @@ def test_exit_with_a_stuck_kernel_takes_one_exit_timeout(tmp_path):
         print("exiting", flush=True)
     """)
     env = dict(os.environ, PYOFFLOAD_EXIT_TIMEOUT=str(timeout))
-    with subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, env=env) as proc:
+    with subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    ) as proc:
         assert proc.stdout is not None
         lines = [proc.stdout.readline(), proc.stdout.readline()]
         start = time.monotonic()

@@ -55,8 +55,19 @@ class Counter:
 # steps that may fail with UnsupportedError on some backend without a fault
 OPTIONAL = {"global-read", "prefetch", "advise", "elapsed", "alloc-async", "free-async", "lock-outer"}
 # steps that release something: a failure may forget the object (a leak, never a dangling pointer)
-RELEASES = {"free-a", "free-b", "free-h", "free-m", "unlock-inner", "unlock-outer", "unload-ctor-dtor",
-            "unload", "destroy-queue", "close-context", "free-async"}
+RELEASES = {
+    "free-a",
+    "free-b",
+    "free-h",
+    "free-m",
+    "unlock-inner",
+    "unlock-outer",
+    "unload-ctor-dtor",
+    "unload",
+    "destroy-queue",
+    "close-context",
+    "free-async",
+}
 
 
 def workload(backend: str) -> list[tuple[str, Callable[[dict[str, Any]], Any]]]:
@@ -157,8 +168,12 @@ def _cleanup(s: dict[str, Any]) -> None:
 def run_workload(dev: Any, plugin: Any = None) -> dict[str, Any]:
     """Run the workload; stop at the step where ``plugin`` fires and return what happened."""
     rt = dev.rt
-    s: dict[str, Any] = {"dev": dev, "src": np.arange(4096, dtype=np.uint8), "dst": np.zeros(4096, np.uint8),
-                         "pin": np.zeros(256, np.uint8)}
+    s: dict[str, Any] = {
+        "dev": dev,
+        "src": np.arange(4096, dtype=np.uint8),
+        "dst": np.zeros(4096, np.uint8),
+        "pin": np.zeros(256, np.uint8),
+    }
     result: dict[str, Any] = {"step": None}
     for name, step in workload(dev.backend):
         before = snapshot(rt)
@@ -279,11 +294,28 @@ SKIPPED_TIMING: set[tuple[str, str, int]] = set()
 def test_workload_exercises_the_hooks():
     counts = _counts()
     assert {"host", twin_backend.NAME} <= set(counts)
-    must = {"init_impl", "data_alloc_impl", "data_free_impl", "data_submit_impl", "data_retrieve_impl",
-            "data_fill_impl", "data_lock_impl", "data_unlock_impl", "load_binary_impl", "unload_binary_impl",
-            "get_kernel_impl", "kernel_packer_impl", "launch_impl", "queue_create_impl", "queue_destroy_impl",
-            "queue_synchronize_impl", "event_record_impl", "event_wait_impl", "enqueue_host_function_impl",
-            "deinit_impl"}
+    must = {
+        "init_impl",
+        "data_alloc_impl",
+        "data_free_impl",
+        "data_submit_impl",
+        "data_retrieve_impl",
+        "data_fill_impl",
+        "data_lock_impl",
+        "data_unlock_impl",
+        "load_binary_impl",
+        "unload_binary_impl",
+        "get_kernel_impl",
+        "kernel_packer_impl",
+        "launch_impl",
+        "queue_create_impl",
+        "queue_destroy_impl",
+        "queue_synchronize_impl",
+        "event_record_impl",
+        "event_wait_impl",
+        "enqueue_host_function_impl",
+        "deinit_impl",
+    }
     # The host device's memory is host memory: the generic layer copies and fills it itself.
     host_memory = {"data_submit_impl", "data_retrieve_impl", "data_fill_impl", "queue_synchronize_impl"}
     for backend, c in counts.items():
@@ -347,9 +379,11 @@ def test_report_fault_count():
     hooks = {(b, h) for b, h, _ in cases}
     if not INJECTED:
         pytest.skip("the fault cases were deselected")
-    print(f"\nfaults injected: {sum(INJECTED.values())} ({len(hooks)} hooks x backends: "
-          + ", ".join(f"{b} {len({h for bb, h in hooks if bb == b})} hooks" for b in sorted({b for b, _ in hooks}))
-          + ")")
+    print(
+        f"\nfaults injected: {sum(INJECTED.values())} ({len(hooks)} hooks x backends: "
+        + ", ".join(f"{b} {len({h for bb, h in hooks if bb == b})} hooks" for b in sorted({b for b, _ in hooks}))
+        + ")"
+    )
     assert sum(INJECTED.values()) + len(SKIPPED_TIMING) == len(cases), "some fault cases did not run or did not fire"
     assert sum(INJECTED.values()) >= 0.9 * len(cases), f"only {sum(INJECTED.values())} of {len(cases)} faults fired"
 

@@ -44,8 +44,22 @@ void copy_bytes(char *dst, const char *src, int64_t n) { memcpy(dst, src, (size_
 int32_t table[4] = {1, 2, 3, 4};
 """
 
-HUGE = (0, 1, 0x7F, 0x80, 0xFF, 0xFFFF, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF, 1 << 32, 1 << 47, 1 << 63,
-        (1 << 64) - 1, (1 << 64) - 8)
+HUGE = (
+    0,
+    1,
+    0x7F,
+    0x80,
+    0xFF,
+    0xFFFF,
+    0x7FFFFFFF,
+    0x80000000,
+    0xFFFFFFFF,
+    1 << 32,
+    1 << 47,
+    1 << 63,
+    (1 << 64) - 1,
+    (1 << 64) - 8,
+)
 
 
 # -------------------------------------------------------------------------------------------
@@ -95,8 +109,13 @@ class Worker:
 
     def _start(self) -> subprocess.Popen[bytes]:
         env = dict(os.environ, PYOFFLOAD_PLUGINS="")  # the host backend only
-        return subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        return subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "--worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
 
     def load(self, image: bytes) -> str:
         if self.proc is None or self.proc.poll() is not None:
@@ -141,8 +160,21 @@ def _readline(proc: subprocess.Popen[bytes], timeout: float) -> bytes | None:
 # -------------------------------------------------------------------------------------------
 
 # Sections the dynamic loader (or the symbol listing) reads while loading.
-LOADER_SECTIONS = (".dynamic", ".dynsym", ".dynstr", ".gnu.hash", ".hash", ".rela.dyn", ".rela.plt",
-                   ".gnu.version", ".gnu.version_r", ".gnu.version_d", ".init_array", ".fini_array", ".symtab")
+LOADER_SECTIONS = (
+    ".dynamic",
+    ".dynsym",
+    ".dynstr",
+    ".gnu.hash",
+    ".hash",
+    ".rela.dyn",
+    ".rela.plt",
+    ".gnu.version",
+    ".gnu.version_r",
+    ".gnu.version_d",
+    ".init_array",
+    ".fini_array",
+    ".symtab",
+)
 
 
 def regions(image: bytes) -> list[tuple[str, int, int]]:
@@ -152,9 +184,11 @@ def regions(image: bytes) -> list[tuple[str, int, int]]:
 
     elf = ELFFile(io.BytesIO(image))
     h = elf.header
-    out = [("ehdr", 0, h["e_ehsize"]),
-           ("phdrs", h["e_phoff"], h["e_phoff"] + h["e_phnum"] * h["e_phentsize"]),
-           ("shdrs", h["e_shoff"], h["e_shoff"] + h["e_shnum"] * h["e_shentsize"])]
+    out = [
+        ("ehdr", 0, h["e_ehsize"]),
+        ("phdrs", h["e_phoff"], h["e_phoff"] + h["e_phnum"] * h["e_phentsize"]),
+        ("shdrs", h["e_shoff"], h["e_shoff"] + h["e_shnum"] * h["e_shentsize"]),
+    ]
     for sec in elf.iter_sections():
         if sec.name in LOADER_SECTIONS and sec["sh_type"] != "SHT_NOBITS" and sec["sh_size"]:
             out.append((sec.name, sec["sh_offset"], sec["sh_offset"] + sec["sh_size"]))
@@ -178,16 +212,21 @@ def symbol_fields(image: bytes) -> list[tuple[int, int]]:
 
 def retargets_only(muts: list[Mutation], fields: list[tuple[int, int]]) -> bool:
     """Whether every mutation stays inside one relocation's symbol index."""
-    return all(kind in ("flip", "byte", "field") and any(a <= pos and pos + width <= b for a, b in fields)
-               for kind, pos, _, width in muts)
+    return all(
+        kind in ("flip", "byte", "field") and any(a <= pos and pos + width <= b for a, b in fields)
+        for kind, pos, _, width in muts
+    )
 
 
 @pytest.fixture(scope="module")
 def images() -> dict[str, bytes]:
     from pyoffload.host.compiler import compile_c, packaged_image
 
-    return {"kernels": packaged_image("conformance_kernels"), "ctor_dtor": packaged_image("conformance_ctor_dtor"),
-            "libc": compile_c(LIBC_SOURCE)}
+    return {
+        "kernels": packaged_image("conformance_kernels"),
+        "ctor_dtor": packaged_image("conformance_ctor_dtor"),
+        "libc": compile_c(LIBC_SOURCE),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -230,7 +269,7 @@ def mutate(image: bytes, muts: list[Mutation]) -> bytes:
         elif kind == "byte":
             data[pos] = value
         elif kind == "field":
-            data[pos:pos + width] = value.to_bytes(width, "little")
+            data[pos : pos + width] = value.to_bytes(width, "little")
         else:
             del data[pos:]
     return bytes(data)
@@ -262,15 +301,21 @@ def test_mutated_images_load_or_fail_cleanly(images: dict[str, bytes], worker: W
     one()
     assert OUTCOMES[f"{name} invalid"] > 0, "no mutant was refused: the mutations do not reach the image"
     if os.environ.get("PYOFFLOAD_FUZZ_REPORT"):
-        print(f"\n{name}: " + ", ".join(f"{k.split(' ', 1)[1]} {v}" for k, v in sorted(OUTCOMES.items())
-                                       if k.startswith(name + " ")))
+        print(
+            f"\n{name}: "
+            + ", ".join(f"{k.split(' ', 1)[1]} {v}" for k, v in sorted(OUTCOMES.items()) if k.startswith(name + " "))
+        )
 
 
 def test_worker_reports_a_crash(worker: Worker) -> None:
     """The harness itself: a process that dies while loading is reported, not hidden."""
     w = Worker()
-    w.proc = subprocess.Popen([sys.executable, "-c", "import os, sys; sys.stdin.buffer.read(4); os.abort()"],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    w.proc = subprocess.Popen(
+        [sys.executable, "-c", "import os, sys; sys.stdin.buffer.read(4); os.abort()"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     assert w.load(b"\x7fELF").startswith("crashed with exit status")
 
 
@@ -279,14 +324,22 @@ def campaign(examples: int) -> None:
     its mutations instead of stopping at the first."""
     from pyoffload.host.compiler import compile_c, packaged_image
 
-    found = {"kernels": packaged_image("conformance_kernels"), "ctor_dtor": packaged_image("conformance_ctor_dtor"),
-             "libc": compile_c(LIBC_SOURCE)}
+    found = {
+        "kernels": packaged_image("conformance_kernels"),
+        "ctor_dtor": packaged_image("conformance_ctor_dtor"),
+        "libc": compile_c(LIBC_SOURCE),
+    }
     worker = Worker()
     for name, image in found.items():
         counts: collections.Counter[str] = collections.Counter()
 
-        @settings(max_examples=examples, deadline=None, suppress_health_check=list(HealthCheck), database=None,
-                  phases=[hypothesis.Phase.generate])
+        @settings(
+            max_examples=examples,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            database=None,
+            phases=[hypothesis.Phase.generate],
+        )
         @given(mutations(len(image), regions(image)))
         def one(muts: list[Mutation]) -> None:
             outcome = worker.load(mutate(image, muts))
@@ -296,8 +349,10 @@ def campaign(examples: int) -> None:
                 print(f"{name}: {muts}: {outcome[:300]}", flush=True)
 
         one()
-        print(f"{name}: {sum(counts.values())} mutants: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
-              flush=True)
+        print(
+            f"{name}: {sum(counts.values())} mutants: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
+            flush=True,
+        )
     worker.close()
 
 

@@ -37,8 +37,12 @@ class RegistryMachine(RuleBasedStateMachine):
         self.freed: list[int] = []
         EXAMPLES_RUN["registry"] += 1
 
-    @rule(target=allocs, dev=st.integers(0, 7), size=st.sampled_from([1, 8, 64, 100, 4096, 8192, 8193, 70000]),
-          kind=st.sampled_from(list(AllocKind)))
+    @rule(
+        target=allocs,
+        dev=st.integers(0, 7),
+        size=st.sampled_from([1, 8, 64, 100, 4096, 8192, 8193, 70000]),
+        kind=st.sampled_from(list(AllocKind)),
+    )
     def alloc(self, dev, size, kind):
         d = self.devices[dev % len(self.devices)]
         a = d.alloc(size, kind)
@@ -181,8 +185,13 @@ class PinnedMachine(RuleBasedStateMachine):
         assert len(self.dev.pins.by_host) == 0
 
 
-_settings = settings(max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None,
-                     suppress_health_check=[HealthCheck.too_slow], database=None)
+_settings = settings(
+    max_examples=EXAMPLES,
+    stateful_step_count=STEPS,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    database=None,
+)
 
 
 def test_registry_model(twin_runtime):

@@ -66,8 +66,10 @@ def test_staged_copy_waits_for_earlier_work_on_its_queue(dev: Any, kernels: Any)
         ev = q.memcpy(dst, src, 8)
         ev.wait()
         got = _read_i64(dst)
-        assert got == SPIN, (f"the staged copy ran before the kernel ahead of it on its queue wrote its source "
-                             f"(copied {got}, the kernel writes {SPIN})")
+        assert got == SPIN, (
+            f"the staged copy ran before the kernel ahead of it on its queue wrote its source "
+            f"(copied {got}, the kernel writes {SPIN})"
+        )
     finally:
         q.destroy()
         src.free()
@@ -89,8 +91,10 @@ def test_free_async_waits_for_other_queues_before_the_block_is_reused(dev: Any, 
         q_free.wait()
         q_user.wait()
         got = _read_i64(b)
-        assert got == 7, (f"the reused block was written by the other queue's kernel after its new owner's fill "
-                          f"(read {got}): free_async did not wait for that queue")
+        assert got == 7, (
+            f"the reused block was written by the other queue's kernel after its new owner's fill "
+            f"(read {got}): free_async did not wait for that queue"
+        )
         q_free.free_async(b)
         q_free.wait()
     finally:
@@ -122,7 +126,7 @@ def test_free_async_waits_for_queues_of_other_backends_that_use_the_memory(twin_
             a = q_free.alloc_async(64)
             pyoffload.memfill(a, np.int64(5))
             q_other.launch_host_function(lambda: time.sleep(0.1))
-            q_other.memcpy(out, a)                           # reads a after the sleep
+            q_other.memcpy(out, a)  # reads a after the sleep
             assert q_other in (a.users or {}), (mine, theirs, "the other queue is not a user: nothing to check")
             q_free.free_async(a)
             b = q_free.alloc_async(64)
@@ -130,7 +134,11 @@ def test_free_async_waits_for_queues_of_other_backends_that_use_the_memory(twin_
             q_free.memfill(b, np.int64(7))
             q_free.wait()
             q_other.wait()
-            assert (out == 5).all(), (mine, theirs, f"the other backend's copy read the block after its reuse ({out[0]})")
+            assert (out == 5).all(), (
+                mine,
+                theirs,
+                f"the other backend's copy read the block after its reuse ({out[0]})",
+            )
             q_free.free_async(b)
             q_free.wait()
         finally:
@@ -156,11 +164,14 @@ def test_event_timer_measures_the_kernel_between_two_events(dev: Any, kernels: A
         wall_short = (time.perf_counter() - t0) * 1e3
         long, long_back = _timed(q, kernels, out, 4 * SPIN)
         assert short > 0 and long > 0, f"elapsed_ms is not positive around a spinning kernel: {short}, {long}"
-        assert short_back == pytest.approx(-short) and long_back == pytest.approx(-long), \
+        assert short_back == pytest.approx(-short) and long_back == pytest.approx(-long), (
             "start.elapsed_ms(end) is not the negative of end.elapsed_ms(start): the events are not ordered"
+        )
         assert short <= wall_short * 1.05 + 1, f"elapsed {short} ms exceeds the {wall_short:.1f} ms the host waited"
-        assert long > 2 * short, (f"a kernel doing 4x the work measured {long:.2f} ms against {short:.2f} ms: "
-                                  "the timer does not follow the kernel")
+        assert long > 2 * short, (
+            f"a kernel doing 4x the work measured {long:.2f} ms against {short:.2f} ms: "
+            "the timer does not follow the kernel"
+        )
     finally:
         q.destroy()
         out.free()

@@ -63,5 +63,7 @@ def init_impl() -> Sequence[PlatformDesc]:
     def descs(devs: tuple[TwinDevice, ...]) -> tuple[DeviceDesc, ...]:
         return tuple(DeviceDesc(f"twin cpu {d.label}", "pyoffload-tests", DeviceType.CPU, d) for d in devs)
 
-    return [PlatformDesc("twin-a", "pyoffload-tests", "1", descs(_A), "A"),
-            PlatformDesc("twin-b", "pyoffload-tests", "1", descs(_B), "B")]
+    return [
+        PlatformDesc("twin-a", "pyoffload-tests", "1", descs(_A), "A"),
+        PlatformDesc("twin-b", "pyoffload-tests", "1", descs(_B), "B"),
+    ]

@@ -3,7 +3,7 @@
 with the image header.  Names such as ``kernel`` and ``mem`` are the device library that
 ``load_binary_impl`` puts in every image's namespace."""
 
-KERNELS = '''
+KERNELS = """
 import time
 
 counter = global_var("i4", [0])
@@ -52,9 +52,9 @@ def bump(out: "ptr") -> None:
 def sleep_spin(out: "ptr", iterations: "i64") -> None:
     time.sleep(iterations * 1e-8)  # stands in for a busy loop of that many iterations
     mem(out, "i8", 1)[0] = iterations
-'''
+"""
 
-CTOR_DTOR = '''
+CTOR_DTOR = """
 ctor_value = global_var("i4", [0])
 ctor_runs = global_var("i4", [0])
 dtor_out = global_var("u8", [0])  # where the destructor reports: a pointer, 0 for none
@@ -80,4 +80,4 @@ def get_state(out: "ptr") -> None:
 @kernel
 def set_dtor_out(p: "ptr") -> None:
     dtor_out[0] = p
-'''
+"""

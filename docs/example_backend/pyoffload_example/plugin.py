@@ -67,8 +67,9 @@ _DEVICE = Device()
 @hookimpl
 def init_impl() -> Sequence[PlatformDesc]:
     device = DeviceDesc(Device.name, "pyoffload example", DeviceType.CPU, _DEVICE)
-    return [PlatformDesc("Python kernels", "pyoffload example", platform.python_version(), (device,),
-                         short_name="python")]
+    return [
+        PlatformDesc("Python kernels", "pyoffload example", platform.python_version(), (device,), short_name="python")
+    ]
 
 
 @hookimpl
@@ -219,14 +220,19 @@ class Program:
             storage.append(np.array(values, dtype))  # a global's bytes live as long as the program
             return storage[-1]
 
-        self.namespace: dict[str, Any] = {"np": np, "mem": mem, "kernel": kernel, "constructor": constructor,
-                                          "destructor": destructor, "global_var": global_var}
+        self.namespace: dict[str, Any] = {
+            "np": np,
+            "mem": mem,
+            "kernel": kernel,
+            "constructor": constructor,
+            "destructor": destructor,
+            "global_var": global_var,
+        }
         try:
             # dont_inherit: this module's "from __future__ import annotations" must not reach the image
             exec(compile(source, "<image>", "exec", dont_inherit=True), self.namespace)
         except Exception as exc:
-            raise CompileError(f"example backend: the image failed to load: {exc!r}",
-                               traceback.format_exc()) from None
+            raise CompileError(f"example backend: the image failed to load: {exc!r}", traceback.format_exc()) from None
         ids = {id(array) for array in storage}
         self.globals = {name: v for name, v in self.namespace.items() if id(v) in ids}
 
@@ -257,8 +263,10 @@ def global_init_fini_impl(device: Device, program: Program) -> InitFini:
 
 @hookimpl
 def get_symbols_impl(device: Device, program: Program) -> Sequence[SymbolDesc]:
-    return [*(SymbolDesc(name, SymbolKind.KERNEL) for name in program.kernels),
-            *(SymbolDesc(name, SymbolKind.GLOBAL, v.nbytes) for name, v in program.globals.items())]
+    return [
+        *(SymbolDesc(name, SymbolKind.KERNEL) for name in program.kernels),
+        *(SymbolDesc(name, SymbolKind.GLOBAL, v.nbytes) for name, v in program.globals.items()),
+    ]
 
 
 @hookimpl
@@ -366,14 +374,26 @@ def queue_query_impl(device: Device, queue: Queue) -> bool:
 
 
 @hookimpl
-def launch_impl(device: Device, queue: Queue, kernel: Kernel, grid: tuple[int, int, int],
-                block: tuple[int, int, int], args: tuple[Any, ...]) -> None:
+def launch_impl(
+    device: Device,
+    queue: Queue,
+    kernel: Kernel,
+    grid: tuple[int, int, int],
+    block: tuple[int, int, int],
+    args: tuple[Any, ...],
+) -> None:
     queue.submit(kernel, args)
 
 
 @hookimpl
-def launch_prepare_impl(device: Device, queue: Queue, kernel: Kernel, grid: tuple[int, int, int],
-                        block: tuple[int, int, int], args: tuple[Any, ...]) -> Callable[[], None]:
+def launch_prepare_impl(
+    device: Device,
+    queue: Queue,
+    kernel: Kernel,
+    grid: tuple[int, int, int],
+    block: tuple[int, int, int],
+    args: tuple[Any, ...],
+) -> Callable[[], None]:
     submit = queue.submit
     return lambda: submit(kernel, args)
 
@@ -427,10 +447,3 @@ def conformance_images_impl(device: Device) -> dict[str, bytes]:
     from .conformance import CTOR_DTOR, KERNELS
 
     return {"kernels": MAGIC + KERNELS.encode(), "ctor_dtor": MAGIC + CTOR_DTOR.encode()}
-
-
-@hookimpl
-def known_failures_impl(device: Device) -> dict[str, str]:
-    return {"test_synchronous_copy_of_4k_to_the_device":
-            "a pure-Python backend: its submit, marker and wait add 7 Python frames to the generic "
-            "layer's 10, over the test's budget of 15"}

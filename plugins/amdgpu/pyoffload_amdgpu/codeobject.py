@@ -31,6 +31,7 @@ COMPRESSED_BUNDLE_MAGIC = b"CCOB"
 INIT_KERNEL = "amdgcn.device.init"
 FINI_KERNEL = "amdgcn.device.fini"
 
+
 @dataclasses.dataclass(frozen=True)
 class KernelArg:
     """One explicit kernel argument as the code object's metadata describes it."""
@@ -112,8 +113,9 @@ def arch_name(gcn_arch: str) -> str:
 def is_amdgpu_elf(image: bytes | memoryview) -> bool:
     """True if the bytes start like a 64-bit little-endian ELF for EM_AMDGPU."""
     head = bytes(image[:20])  # ELFCLASS64 (2), little endian (1), e_machine
-    return (len(head) == 20 and head[:6] == ELF_MAGIC + b"\x02\x01"
-            and struct.unpack_from("<H", head, 18)[0] == EM_AMDGPU)
+    return (
+        len(head) == 20 and head[:6] == ELF_MAGIC + b"\x02\x01" and struct.unpack_from("<H", head, 18)[0] == EM_AMDGPU
+    )
 
 
 def unwrap(image: bytes, arch: str = "") -> bytes:
@@ -127,14 +129,18 @@ def unwrap(image: bytes, arch: str = "") -> bytes:
     if image[: len(BUNDLE_MAGIC)] == BUNDLE_MAGIC:
         return _bundle_entry(image, arch)
     if image[:4] == COMPRESSED_BUNDLE_MAGIC:
-        raise InvalidBinaryError("compressed clang offload bundles are not supported; "
-                                 "unbundle with clang-offload-bundler or build without --offload-compress")
+        raise InvalidBinaryError(
+            "compressed clang offload bundles are not supported; "
+            "unbundle with clang-offload-bundler or build without --offload-compress"
+        )
     if image[:4] == ELF_MAGIC:
         machine = struct.unpack_from("<H", image, 18)[0] if len(image) >= 20 else -1
-        raise InvalidBinaryError(f"ELF image for e_machine {machine}, expected an AMDGPU code object "
-                                 f"(e_machine {EM_AMDGPU})")
-    raise InvalidBinaryError("not an AMDGPU code object: expected an ELF with e_machine EM_AMDGPU (224) "
-                             "or a clang offload bundle")
+        raise InvalidBinaryError(
+            f"ELF image for e_machine {machine}, expected an AMDGPU code object (e_machine {EM_AMDGPU})"
+        )
+    raise InvalidBinaryError(
+        "not an AMDGPU code object: expected an ELF with e_machine EM_AMDGPU (224) or a clang offload bundle"
+    )
 
 
 def _bundle_entry(image: bytes, arch: str) -> bytes:
@@ -177,8 +183,17 @@ def parse(image: bytes, arch: str = "") -> CodeObject:
         metadata = _metadata(elf)
         globals_ = _globals(elf, elf_bytes)
         kernels = _kernels(elf, metadata)
-    except (ELFError, struct.error, ValueError, KeyError, TypeError, OverflowError, IndexError, AttributeError,
-            UnicodeDecodeError) as exc:  # what pyelftools and msgpack raise on corrupt input
+    except (
+        ELFError,
+        struct.error,
+        ValueError,
+        KeyError,
+        TypeError,
+        OverflowError,
+        IndexError,
+        AttributeError,
+        UnicodeDecodeError,
+    ) as exc:  # what pyelftools and msgpack raise on corrupt input
         raise InvalidBinaryError(f"malformed AMDGPU code object: {exc}") from exc
     return CodeObject(elf_bytes, str(metadata.get("amdhsa.target", "")), kernels, globals_)
 
@@ -206,8 +221,7 @@ def _metadata(elf: ELFFile) -> dict[str, Any]:
 def _dynamic_symbols(elf: ELFFile) -> Sequence[Any]:
     # The loader resolves names through the dynamic symbol table; fall back to .symtab for
     # relocatable-looking images that lack one.
-    table = cast("SymbolTableSection | None",
-                 elf.get_section_by_name(".dynsym") or elf.get_section_by_name(".symtab"))
+    table = cast("SymbolTableSection | None", elf.get_section_by_name(".dynsym") or elf.get_section_by_name(".symtab"))
     return list(table.iter_symbols()) if table is not None else []
 
 
@@ -216,15 +230,29 @@ def _kernels(elf: ELFFile, metadata: Mapping[str, Any]) -> dict[str, KernelInfo]
     descriptors = {s.name[:-3] for s in symbols if s.name.endswith(".kd") and s["st_info"]["type"] == "STT_OBJECT"}
     kernels: dict[str, KernelInfo] = {}
     for entry in metadata.get("amdhsa.kernels", []):
-        args = tuple(KernelArg(int(a[".offset"]), int(a[".size"]), str(a[".value_kind"]), str(a.get(".type_name", "")),
-                               int(a.get(".pointee_align", 0)))
-                     for a in entry.get(".args", []) if not str(a[".value_kind"]).startswith("hidden_"))
+        args = tuple(
+            KernelArg(
+                int(a[".offset"]),
+                int(a[".size"]),
+                str(a[".value_kind"]),
+                str(a.get(".type_name", "")),
+                int(a.get(".pointee_align", 0)),
+            )
+            for a in entry.get(".args", [])
+            if not str(a[".value_kind"]).startswith("hidden_")
+        )
         name = str(entry[".name"])
         kernels[name] = KernelInfo(
-            name, args, int(entry.get(".group_segment_fixed_size", 0)),
+            name,
+            args,
+            int(entry.get(".group_segment_fixed_size", 0)),
             int(entry.get(".max_flat_workgroup_size", 1024)),
-            int(entry.get(".private_segment_fixed_size", 0)), int(entry.get(".sgpr_count", 0)),
-            int(entry.get(".vgpr_count", 0)), int(entry.get(".wavefront_size", 64)), str(entry.get(".kind", "normal")))
+            int(entry.get(".private_segment_fixed_size", 0)),
+            int(entry.get(".sgpr_count", 0)),
+            int(entry.get(".vgpr_count", 0)),
+            int(entry.get(".wavefront_size", 64)),
+            str(entry.get(".kind", "normal")),
+        )
     # Code objects without metadata still name their kernels through descriptors.
     for name in descriptors - kernels.keys():
         kernels[name] = KernelInfo(name, (), described=False)

@@ -51,9 +51,25 @@ def build(cl_source: str, arch: str, tools: tuple[str, str] | None = None, optio
     with tempfile.TemporaryDirectory(prefix="pyoffload-amdgpu-") as tmp:
         src, obj, out = Path(tmp, "k.cl"), Path(tmp, "k.o"), Path(tmp, "k.hsaco")
         src.write_text(cl_source)
-        for argv in ([clang, "-x", "cl", "-cl-std=CL2.0", "-target", "amdgcn-amd-amdhsa", f"-mcpu={arch}",
-                      "-nogpulib", "-O2", *options, "-c", str(src), "-o", str(obj)],
-                     [lld, "-shared", str(obj), "-o", str(out)]):
+        for argv in (
+            [
+                clang,
+                "-x",
+                "cl",
+                "-cl-std=CL2.0",
+                "-target",
+                "amdgcn-amd-amdhsa",
+                f"-mcpu={arch}",
+                "-nogpulib",
+                "-O2",
+                *options,
+                "-c",
+                str(src),
+                "-o",
+                str(obj),
+            ],
+            [lld, "-shared", str(obj), "-o", str(out)],
+        ):
             proc = subprocess.run(argv, capture_output=True, text=True, check=False)
             if proc.returncode != 0:
                 log = f"$ {' '.join(argv)}\n{proc.stdout}{proc.stderr}"

@@ -13,18 +13,28 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from pyoffload.backend import (BackendError, InvalidArgumentError, InvalidBinaryError, NoDevicesError, NotFoundError,
-                               OffloadError, OutOfResourcesError, UnsupportedError)
+from pyoffload.backend import (
+    BackendError,
+    InvalidArgumentError,
+    InvalidBinaryError,
+    NoDevicesError,
+    NotFoundError,
+    OffloadError,
+    OutOfResourcesError,
+    UnsupportedError,
+)
 
 DRIVER_ENV = "PYOFFLOAD_AMDGPU_DRIVER"
 """``hip`` (default): hip-python's ``hip.hip``.  ``fake``: the in-package fake driver."""
 
 _ERROR_CLASSES: dict[str, type[OffloadError]] = {
-    **dict.fromkeys(("hipErrorOutOfMemory", "hipErrorMemoryAllocation", "hipErrorLaunchOutOfResources"),
-                    OutOfResourcesError),
+    **dict.fromkeys(
+        ("hipErrorOutOfMemory", "hipErrorMemoryAllocation", "hipErrorLaunchOutOfResources"), OutOfResourcesError
+    ),
     **dict.fromkeys(("hipErrorNotFound", "hipErrorInvalidSymbol", "hipErrorSharedObjectSymbolNotFound"), NotFoundError),
-    **dict.fromkeys(("hipErrorInvalidImage", "hipErrorInvalidKernelFile", "hipErrorNoBinaryForGpu"),
-                    InvalidBinaryError),
+    **dict.fromkeys(
+        ("hipErrorInvalidImage", "hipErrorInvalidKernelFile", "hipErrorNoBinaryForGpu"), InvalidBinaryError
+    ),
     **dict.fromkeys(("hipErrorNotSupported", "hipErrorPeerAccessUnsupported"), UnsupportedError),
     "hipErrorInvalidDevicePointer": InvalidArgumentError,
 }

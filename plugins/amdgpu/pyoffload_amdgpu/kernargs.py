@@ -25,8 +25,21 @@ from pyoffload.backend import InvalidArgumentError
 
 from .codeobject import KernelArg, KernelInfo
 
-_FORMATS = {"ptr": "Q", "local": "I", "i8": "b", "i16": "h", "i32": "i", "i64": "q", "u8": "B", "u16": "H",
-            "u32": "I", "u64": "Q", "f16": "e", "f32": "f", "f64": "d"}
+_FORMATS = {
+    "ptr": "Q",
+    "local": "I",
+    "i8": "b",
+    "i16": "h",
+    "i32": "i",
+    "i64": "q",
+    "u8": "B",
+    "u16": "H",
+    "u32": "I",
+    "u64": "Q",
+    "f16": "e",
+    "f32": "f",
+    "f64": "d",
+}
 MARKERS = (1, 2, 3)
 """``HIP_LAUNCH_PARAM_BUFFER_POINTER``, ``_BUFFER_SIZE``, ``_END``: fixed by HIP's ABI, so a packer
 needs no binding (the tests check them against hip-python's)."""
@@ -58,10 +71,12 @@ def packer(info: KernelInfo, kinds: tuple[str, ...]) -> Callable[[tuple[Any, ...
     whose metadata names types pyoffload has no kind for, so the generic layer could not check).
     """
     layout = info.args if info.described else _natural(kinds)
-    if len(layout) != len(kinds) or any(struct.calcsize(_FORMATS[k]) != a.size
-                                        for k, a in zip(kinds, layout, strict=True)):
-        raise InvalidArgumentError(f"kernel {info.name!r} takes arguments of {[a.size for a in layout]} bytes, "
-                                   f"not ({', '.join(kinds)})")
+    if len(layout) != len(kinds) or any(
+        struct.calcsize(_FORMATS[k]) != a.size for k, a in zip(kinds, layout, strict=True)
+    ):
+        raise InvalidArgumentError(
+            f"kernel {info.name!r} takes arguments of {[a.size for a in layout]} bytes, not ({', '.join(kinds)})"
+        )
     fmt, end = "<", 0
     for kind, arg in zip(kinds, layout, strict=True):
         fmt += "x" * (arg.offset - end) + _FORMATS[kind]

@@ -19,9 +19,21 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pyoffload.backend import (AllocKind, BackendError, DeviceDesc, DeviceType, InitFini, MemAdvice,
-                               MemoryConnection, NoDevicesError, PlatformDesc, SymbolDesc, SymbolKind,
-                               UnsupportedError, hookimpl)
+from pyoffload.backend import (
+    AllocKind,
+    BackendError,
+    DeviceDesc,
+    DeviceType,
+    InitFini,
+    MemAdvice,
+    MemoryConnection,
+    NoDevicesError,
+    PlatformDesc,
+    SymbolDesc,
+    SymbolKind,
+    UnsupportedError,
+    hookimpl,
+)
 
 from . import codeobject, conformance, driver, kernargs
 from .driver import call
@@ -94,16 +106,22 @@ def _query_device(hip: Any, ordinal: int, driver_version: int, runtime_version: 
     gcn_arch_name = str(props.gcnArchName) or "unknown"
     arch = codeobject.arch_name(gcn_arch_name)
     info = {
-        "driver_version": str(driver_version), "compute_units": int(props.multiProcessorCount),
+        "driver_version": str(driver_version),
+        "compute_units": int(props.multiProcessorCount),
         "max_work_group_size": int(props.maxThreadsPerBlock),
         "max_work_item_sizes": tuple(int(v) for v in props.maxThreadsDim),
         "max_grid_size": tuple(int(v) for v in props.maxGridSize),
-        "global_memory_bytes": int(props.totalGlobalMem), "local_memory_bytes": int(props.sharedMemPerBlock),
+        "global_memory_bytes": int(props.totalGlobalMem),
+        "local_memory_bytes": int(props.sharedMemPerBlock),
         "max_alloc_bytes": int(props.totalGlobalMem),  # HIP has no smaller per-allocation limit
-        "clock_mhz": int(props.clockRate) // 1000, "sub_group_size": int(props.warpSize), "address_bits": 64,
+        "clock_mhz": int(props.clockRate) // 1000,
+        "sub_group_size": int(props.warpSize),
+        "address_bits": 64,
         "memory_kinds": ("DEVICE", "HOST", "MANAGED") if props.managedMemory else ("DEVICE", "HOST"),
-        "amdgpu.architecture": arch, "amdgpu.gcn_arch_name": gcn_arch_name,
-        "amdgpu.runtime_version": int(runtime_version), "amdgpu.pci_bus_id": int(props.pciBusID),
+        "amdgpu.architecture": arch,
+        "amdgpu.gcn_arch_name": gcn_arch_name,
+        "amdgpu.runtime_version": int(runtime_version),
+        "amdgpu.pci_bus_id": int(props.pciBusID),
         "amdgpu.ordinal": ordinal,
     }
     name = str(props.name) or f"AMD GPU {ordinal}"
@@ -165,8 +183,11 @@ def device_info_impl(device: HipDevice) -> dict[str, Any]:
 
 
 _NATIVE: dict[str, Callable[[Any], Any]] = {
-    "device": lambda d: d.ordinal, "queue": lambda q: int(q.stream), "program": lambda p: p.module,
-    "kernel": lambda k: k.function}  # an event handle is the hipEvent_t itself
+    "device": lambda d: d.ordinal,
+    "queue": lambda q: int(q.stream),
+    "program": lambda p: p.module,
+    "kernel": lambda k: k.function,
+}  # an event handle is the hipEvent_t itself
 
 
 @hookimpl
@@ -195,8 +216,9 @@ def data_free_impl(context: Any, device: HipDevice | None, ptr: int, kind: Alloc
 
 
 @hookimpl
-def data_alloc_async_impl(context: Any, device: HipDevice | None, queue: HipQueue, size: int,
-                          kind: AllocKind) -> int | None:
+def data_alloc_async_impl(
+    context: Any, device: HipDevice | None, queue: HipQueue, size: int, kind: AllocKind
+) -> int | None:
     # HIP's stream-ordered allocator serves device memory only.
     if kind is not AllocKind.DEVICE or device is None or not device.memory_pools:
         return None
@@ -209,8 +231,9 @@ def data_alloc_async_impl(context: Any, device: HipDevice | None, queue: HipQueu
 
 
 @hookimpl
-def data_free_async_impl(context: Any, device: HipDevice | None, queue: HipQueue, ptr: int,
-                         kind: AllocKind) -> bool | None:
+def data_free_async_impl(
+    context: Any, device: HipDevice | None, queue: HipQueue, ptr: int, kind: AllocKind
+) -> bool | None:
     assert _state is not None
     with _state.lock:
         if ptr not in _state.async_allocations:
@@ -238,8 +261,9 @@ def data_retrieve_impl(device: HipDevice, queue: HipQueue, dst: memoryview, src:
 
 
 @hookimpl
-def data_exchange_impl(src_device: HipDevice, src: int, dst_device: HipDevice, dst: int, size: int,
-                       queue: HipQueue) -> None:
+def data_exchange_impl(
+    src_device: HipDevice, src: int, dst_device: HipDevice, dst: int, size: int, queue: HipQueue
+) -> None:
     hip = _hip()
     if src_device is dst_device:  # unified addressing: the runtime works out the direction
         call(hip, hip.hipMemcpyAsync, dst, src, size, hip.hipMemcpyKind.hipMemcpyDefault, queue.stream)
@@ -314,8 +338,9 @@ def _enable_peer(src: HipDevice, dst: HipDevice) -> bool:
 
 
 @hookimpl
-def memory_connection_impl(context_a: Any, device_a: HipDevice | None, context_b: Any,
-                           device_b: HipDevice | None) -> MemoryConnection | None:
+def memory_connection_impl(
+    context_a: Any, device_a: HipDevice | None, context_b: Any, device_b: HipDevice | None
+) -> MemoryConnection | None:
     if context_a is not context_b:
         return None  # one address space per process, but pyoffload contexts own their memory
     # HOST memory is allocated portable and mapped: every device reaches it directly.
@@ -345,15 +370,18 @@ def unload_binary_impl(device: HipDevice, program: HipProgram) -> None:
 @hookimpl
 def global_init_fini_impl(device: HipDevice, program: HipProgram) -> InitFini:
     kernels = program.code.kernels
-    return InitFini(init=tuple(n for n in (codeobject.INIT_KERNEL,) if n in kernels),
-                    fini=tuple(n for n in (codeobject.FINI_KERNEL,) if n in kernels))
+    return InitFini(
+        init=tuple(n for n in (codeobject.INIT_KERNEL,) if n in kernels),
+        fini=tuple(n for n in (codeobject.FINI_KERNEL,) if n in kernels),
+    )
 
 
 @hookimpl
 def get_symbols_impl(device: HipDevice, program: HipProgram) -> Sequence[SymbolDesc]:
     code = program.code
-    return ([SymbolDesc(name, SymbolKind.KERNEL) for name in sorted(code.kernels)]
-            + [SymbolDesc(g.name, SymbolKind.GLOBAL, g.size) for _, g in sorted(code.globals.items())])
+    return [SymbolDesc(name, SymbolKind.KERNEL) for name in sorted(code.kernels)] + [
+        SymbolDesc(g.name, SymbolKind.GLOBAL, g.size) for _, g in sorted(code.globals.items())
+    ]
 
 
 @hookimpl
@@ -391,8 +419,9 @@ def kernel_attributes_impl(device: HipDevice, kernel: HipKernel) -> dict[str, An
 
 
 @hookimpl
-def kernel_packer_impl(device: HipDevice, kernel: HipKernel,
-                       kinds: tuple[str, ...]) -> Callable[[tuple[Any, ...]], kernargs.Packed]:
+def kernel_packer_impl(
+    device: HipDevice, kernel: HipKernel, kinds: tuple[str, ...]
+) -> Callable[[tuple[Any, ...]], kernargs.Packed]:
     return kernargs.packer(kernel.info, kinds)
 
 
@@ -400,19 +429,32 @@ def kernel_packer_impl(device: HipDevice, kernel: HipKernel,
 
 
 @hookimpl
-def launch_impl(device: HipDevice, queue: HipQueue, kernel: HipKernel, grid: tuple[int, int, int],
-                block: tuple[int, int, int], args: kernargs.Packed) -> None:
+def launch_impl(
+    device: HipDevice,
+    queue: HipQueue,
+    kernel: HipKernel,
+    grid: tuple[int, int, int],
+    block: tuple[int, int, int],
+    args: kernargs.Packed,
+) -> None:
     hip = _state.hip  # type: ignore[union-attr]  # the generic layer enqueues only while initialised
     frame, shared = args
-    err = hip.hipModuleLaunchKernel(kernel.function, *grid, *block, shared, queue.stream, None,
-                                    ctypes.addressof(frame))[0]
+    err = hip.hipModuleLaunchKernel(
+        kernel.function, *grid, *block, shared, queue.stream, None, ctypes.addressof(frame)
+    )[0]
     if err:
         raise driver.error_for(hip, err, f"hipModuleLaunchKernel({kernel.info.name!r})")
 
 
 @hookimpl
-def launch_prepare_impl(device: HipDevice, queue: HipQueue, kernel: HipKernel, grid: tuple[int, int, int],
-                        block: tuple[int, int, int], args: kernargs.Packed) -> Callable[[], None]:
+def launch_prepare_impl(
+    device: HipDevice,
+    queue: HipQueue,
+    kernel: HipKernel,
+    grid: tuple[int, int, int],
+    block: tuple[int, int, int],
+    args: kernargs.Packed,
+) -> Callable[[], None]:
     hip = _hip()
     frame, shared = args
     launch = hip.hipModuleLaunchKernel

@@ -14,7 +14,10 @@ from pyoffload_amdgpu import codeobject, conformance
 
 def _dynamic_symbols(image: bytes) -> dict[str, tuple[str, str]]:
     elf = ELFFile(io.BytesIO(image))
-    return {s.name: (s["st_info"]["type"], s["st_other"]["visibility"]) for s in elf.get_section_by_name(".dynsym").iter_symbols()}
+    return {
+        s.name: (s["st_info"]["type"], s["st_other"]["visibility"])
+        for s in elf.get_section_by_name(".dynsym").iter_symbols()
+    }
 
 
 def test_images_are_amdgpu_code_objects_for_the_device():

@@ -29,7 +29,18 @@ def test_conformance_kernels_are_read_from_the_image():
     assert set(code.kernels) == {"noop", "iota_i32", "axpy_f32", "scalars", "local_reverse", "bump", "sleep_spin"}
     scalars = code.kernels["scalars"]
     assert [(a.offset, a.size) for a in scalars.args] == [
-        (0, 8), (8, 1), (10, 2), (12, 4), (16, 8), (24, 4), (32, 8), (40, 1), (42, 2), (44, 4), (48, 8)]
+        (0, 8),
+        (8, 1),
+        (10, 2),
+        (12, 4),
+        (16, 8),
+        (24, 4),
+        (32, 8),
+        (40, 1),
+        (42, 2),
+        (44, 4),
+        (48, 8),
+    ]
     assert scalars.signature == ("ptr", "i8", "i16", "i32", "i64", "f32", "f64", "u8", "u16", "u32", "u64")
     assert code.kernels["local_reverse"].signature == ("ptr", "ptr", "local", "i32", "i32")
     assert code.kernels["iota_i32"].kernarg_size == 16
@@ -49,7 +60,10 @@ def test_ctor_dtor_entry_points_are_llvm_kernels():
     assert code.kernels[codeobject.FINI_KERNEL].kind == "fini"
     assert {"get_state", "set_dtor_out"} <= set(code.kernels)
     assert {g: code.globals[g].size for g in ("ctor_value", "ctor_runs", "dtor_out")} == {
-        "ctor_value": 4, "ctor_runs": 4, "dtor_out": 8}
+        "ctor_value": 4,
+        "ctor_runs": 4,
+        "dtor_out": 8,
+    }
 
 
 @pytest.mark.parametrize(
@@ -83,9 +97,13 @@ def test_truncated_code_object_is_invalid_binary():
 def test_offload_bundle_yields_the_matching_amdgcn_entry():
     gfx90a = conformance_images()["kernels"]
     gfx1030 = build("kernel void k1030(global int *p) { p[0] = 1; }", "gfx1030")
-    bundle = _bundle([("host-x86_64-unknown-linux-gnu", b""),
-                      ("hipv4-amdgcn-amd-amdhsa--gfx1030", gfx1030),
-                      ("hipv4-amdgcn-amd-amdhsa--gfx90a", gfx90a)])
+    bundle = _bundle(
+        [
+            ("host-x86_64-unknown-linux-gnu", b""),
+            ("hipv4-amdgcn-amd-amdhsa--gfx1030", gfx1030),
+            ("hipv4-amdgcn-amd-amdhsa--gfx90a", gfx90a),
+        ]
+    )
     assert codeobject.unwrap(bundle, "gfx90a") == gfx90a
     assert codeobject.unwrap(bundle, "gfx1030") == gfx1030
     assert codeobject.parse(bundle, "gfx1030").kernels.keys() == {"k1030"}

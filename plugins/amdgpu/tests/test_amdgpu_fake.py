@@ -298,8 +298,15 @@ def test_pytest_plugin_fails_a_run_that_leaks(tmp_path):
         "    FakeHip.instances[-1].hipMalloc(64)  # behind the plugin's back: never freed\n"
     )
     env = dict(os.environ, PYOFFLOAD_PLUGINS="amdgpu", PYOFFLOAD_AMDGPU_DRIVER="fake")
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
-                            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+        check=False,
+    )
     assert "1 passed" in result.stdout
     assert result.returncode == 1, result.stdout
     assert "leak: hipMalloc" in result.stdout and "fake HIP driver" in result.stdout

@@ -24,8 +24,11 @@ def amd_devices(monkeypatch):
 
 def test_dlpack_device_types(amd_devices):
     dev = amd_devices[-1]
-    for kind, expected in ((AllocKind.DEVICE, (10, dev.index)), (AllocKind.HOST, (11, 0)),
-                           (AllocKind.MANAGED, (10, dev.index))):
+    for kind, expected in (
+        (AllocKind.DEVICE, (10, dev.index)),
+        (AllocKind.HOST, (11, 0)),
+        (AllocKind.MANAGED, (10, dev.index)),
+    ):
         if kind.name not in dev.info["memory_kinds"]:
             continue
         a = dev.alloc(128, kind)

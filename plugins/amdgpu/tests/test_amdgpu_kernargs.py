@@ -29,13 +29,27 @@ def _data(frame: ctypes.Structure) -> bytes:
 
 
 def test_markers_are_hips():
-    assert kernargs.MARKERS == (HIP.HIP_LAUNCH_PARAM_BUFFER_POINTER, HIP.HIP_LAUNCH_PARAM_BUFFER_SIZE,
-                                HIP.HIP_LAUNCH_PARAM_END)
+    assert kernargs.MARKERS == (
+        HIP.HIP_LAUNCH_PARAM_BUFFER_POINTER,
+        HIP.HIP_LAUNCH_PARAM_BUFFER_SIZE,
+        HIP.HIP_LAUNCH_PARAM_END,
+    )
 
 
 def test_scalars_land_at_their_offsets(code):
-    args = (0x1234_5678_9ABC, np.int8(-2), np.int16(-3), np.int32(-4), np.int64(-5), np.float32(1.5),
-            np.float64(2.25), np.uint8(250), np.uint16(65000), np.uint32(4_000_000_000), np.uint64(2**63 + 1))
+    args = (
+        0x1234_5678_9ABC,
+        np.int8(-2),
+        np.int16(-3),
+        np.int32(-4),
+        np.int64(-5),
+        np.float32(1.5),
+        np.float64(2.25),
+        np.uint8(250),
+        np.uint16(65000),
+        np.uint32(4_000_000_000),
+        np.uint64(2**63 + 1),
+    )
     frame, shared = kernargs.packer(code.kernels["scalars"], SCALARS)(args)
     data = _data(frame)
     assert len(data) == 56 and shared == 0
@@ -63,15 +77,21 @@ def test_extra_array_points_at_each_launchs_own_buffer(code):
 def test_local_memory_becomes_an_lds_offset_and_shared_bytes(code):
     info = code.kernels["local_reverse"]
     frame, shared = kernargs.packer(info, ("ptr", "ptr", "local", "i32", "i32"))(
-        (1, 2, LocalMemory(256), np.int32(64), np.int32(64)))
+        (1, 2, LocalMemory(256), np.int32(64), np.int32(64))
+    )
     assert struct.unpack_from("<I", _data(frame), 16)[0] == info.group_segment_size  # dynamic LDS starts here
     assert shared == 256
 
 
 def test_second_local_argument_follows_the_first():
-    info = codeobject.KernelInfo("two", (
-        codeobject.KernelArg(0, 4, "dynamic_shared_pointer", "int*", 4),
-        codeobject.KernelArg(4, 4, "dynamic_shared_pointer", "float*", 4)), group_segment_size=48)
+    info = codeobject.KernelInfo(
+        "two",
+        (
+            codeobject.KernelArg(0, 4, "dynamic_shared_pointer", "int*", 4),
+            codeobject.KernelArg(4, 4, "dynamic_shared_pointer", "float*", 4),
+        ),
+        group_segment_size=48,
+    )
     frame, shared = kernargs.packer(info, ("local", "local"))((LocalMemory(100), LocalMemory(64)))
     first, second = struct.unpack_from("<II", _data(frame), 0)
     assert first == 48 and second == 48 + 112  # 100 rounded up to 16-byte alignment

@@ -45,8 +45,9 @@ def test_unknown_driver_choice_is_reported(monkeypatch):
 
 def _run(code: str, **env: str) -> subprocess.CompletedProcess[str]:
     environment = {k: v for k, v in os.environ.items() if k != driver.DRIVER_ENV} | env
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=environment,
-                          timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=environment, timeout=120, check=False
+    )
 
 
 def test_import_never_loads_hip_and_survives_its_absence():
@@ -75,9 +76,14 @@ def test_pyoffload_lists_the_plugin_with_no_devices_and_keeps_working():
     result = _run(code, PYOFFLOAD_PLUGINS="amdgpu")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "['host']"
-    listing = subprocess.run([sys.executable, "-m", "pyoffload.cli", "plugins"], capture_output=True, text=True,
-                             env={k: v for k, v in os.environ.items() if k != driver.DRIVER_ENV}
-                             | {"PYOFFLOAD_PLUGINS": "amdgpu"}, timeout=120, check=False)
+    listing = subprocess.run(
+        [sys.executable, "-m", "pyoffload.cli", "plugins"],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != driver.DRIVER_ENV} | {"PYOFFLOAD_PLUGINS": "amdgpu"},
+        timeout=120,
+        check=False,
+    )
     line = next(line for line in listing.stdout.splitlines() if line.startswith("amdgpu"))
     reason = line.split("no devices:", 1)[1]
     assert "libamdhip64" in reason or "hipErrorNoDevice" in reason or "hipInit failed" in reason

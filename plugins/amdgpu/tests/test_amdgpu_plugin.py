@@ -51,8 +51,14 @@ def _read(device, queue, ptr, dtype, count):
 
 
 def _launch(device, queue, kernel, grid, block, *args):
-    kinds = tuple("local" if isinstance(a, LocalMemory) else "ptr" if isinstance(a, int)
-                  else f"{a.dtype.kind}{8 * a.dtype.itemsize}" for a in args)
+    kinds = tuple(
+        "local"
+        if isinstance(a, LocalMemory)
+        else "ptr"
+        if isinstance(a, int)
+        else f"{a.dtype.kind}{8 * a.dtype.itemsize}"
+        for a in args
+    )
     P.launch_impl(device, queue, kernel, grid, block, P.kernel_packer_impl(device, kernel, kinds)(args))
 
 
@@ -244,9 +250,24 @@ def test_conformance_kernels_through_the_hooks(backend):
     queue = _queue(d0)
     program = P.load_binary_impl(ctx, d0, conformance_images()["kernels"])
     out = P.data_alloc_impl(ctx, d0, 8 * 10, AllocKind.DEVICE)
-    _launch(d0, queue, P.get_kernel_impl(d0, program, "scalars"), (1, 1, 1), (1, 1, 1),
-            out, np.int8(-1), np.int16(-2), np.int32(-3), np.int64(-4), np.float32(0.5), np.float64(0.25),
-            np.uint8(200), np.uint16(60000), np.uint32(3_000_000_000), np.uint64(2**40))
+    _launch(
+        d0,
+        queue,
+        P.get_kernel_impl(d0, program, "scalars"),
+        (1, 1, 1),
+        (1, 1, 1),
+        out,
+        np.int8(-1),
+        np.int16(-2),
+        np.int32(-3),
+        np.int64(-4),
+        np.float32(0.5),
+        np.float64(0.25),
+        np.uint8(200),
+        np.uint16(60000),
+        np.uint32(3_000_000_000),
+        np.uint64(2**40),
+    )
     assert _read(d0, queue, out, np.float64, 10).tolist() == [-1, -2, -3, -4, 0.5, 0.25, 200, 60000, 3e9, 2.0**40]
     x = P.data_alloc_impl(ctx, d0, 4 * 100, AllocKind.DEVICE)
     y = P.data_alloc_impl(ctx, d0, 4 * 100, AllocKind.DEVICE)
@@ -259,8 +280,18 @@ def test_conformance_kernels_through_the_hooks(backend):
     prepared()
     prepared()
     assert np.array_equal(_read(d0, queue, y, np.float32, 100), 1 + 4 * np.arange(100, dtype=np.float32))
-    _launch(d0, queue, P.get_kernel_impl(d0, program, "local_reverse"), (2, 1, 1), (50, 1, 1),
-            y, x, LocalMemory(200), np.int32(100), np.int32(50))
+    _launch(
+        d0,
+        queue,
+        P.get_kernel_impl(d0, program, "local_reverse"),
+        (2, 1, 1),
+        (50, 1, 1),
+        y,
+        x,
+        LocalMemory(200),
+        np.int32(100),
+        np.int32(50),
+    )
     expected = np.concatenate([np.arange(49, -1, -1), np.arange(99, 49, -1)]).astype(np.float32)
     assert np.array_equal(_read(d0, queue, y, np.float32, 100), expected)  # int32 moves of floats
     P.queue_destroy_impl(d0, queue)

@@ -39,17 +39,25 @@ def _scan() -> tuple[set[str], set[tuple[str, str]], set[tuple[str, str]], list[
                     names.add(node.attr)
                 elif node.value.id in STRUCT_VARIABLES:
                     fields.add((STRUCT_VARIABLES[node.value.id], node.attr))
-            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute)
-                    and isinstance(node.value.value, ast.Name) and node.value.value.id == "hip"):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Attribute)
+                and isinstance(node.value.value, ast.Name)
+                and node.value.value.id == "hip"
+            ):
                 members.add((node.value.attr, node.attr))
             if isinstance(node, ast.Call):
                 where = f"{filename}:{node.lineno}"
                 target, args = node.func, node.args
                 if isinstance(target, ast.Name) and target.id == "call" and len(args) >= 2:
                     target, args = args[1], args[2:]  # call(hip, hip.hipX, *args)
-                if (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
-                        and target.value.id == "hip" and target.attr.startswith("hip")
-                        and not any(isinstance(a, ast.Starred) for a in args)):
+                if (
+                    isinstance(target, ast.Attribute)
+                    and isinstance(target.value, ast.Name)
+                    and target.value.id == "hip"
+                    and target.attr.startswith("hip")
+                    and not any(isinstance(a, ast.Starred) for a in args)
+                ):
                     calls.append((target.attr, len(args), where))
     members |= {("hipMemoryAdvise", name) for name in plugin._ADVICE.values()}  # getattr(hip.hipMemoryAdvise, ...)
     return names, members, fields, calls
@@ -104,8 +112,12 @@ def test_struct_fields_exist_in_hip_python_and_the_fake(struct, field):
 
 
 def test_every_fake_enum_member_and_constant_matches_hip_python():
-    for fake_enum in (fake_types.hipError_t, fake_types.hipMemcpyKind, fake_types.hipMemoryType,
-                      fake_types.hipMemoryAdvise):
+    for fake_enum in (
+        fake_types.hipError_t,
+        fake_types.hipMemcpyKind,
+        fake_types.hipMemoryType,
+        fake_types.hipMemoryAdvise,
+    ):
         real_enum = getattr(real, fake_enum.__name__)
         for member in fake_enum:
             assert int(getattr(real_enum, member.name)) == member.value, f"{fake_enum.__name__}.{member.name}"
@@ -119,4 +131,5 @@ def test_every_fake_driver_function_exists_in_hip_python():
     for name in functions:
         assert hasattr(real, name), f"the fake defines {name}, which hip-python does not have"
         assert list(inspect.signature(getattr(FAKE, name)).parameters) == list(
-            inspect.signature(getattr(real, name)).parameters), name
+            inspect.signature(getattr(real, name)).parameters
+        ), name

@@ -60,8 +60,12 @@ def driver_library(cuda: Any) -> Any:
 
 # Substrings of cuGetErrorString() texts (pycuda formats errors as "<call> failed: <text>").
 _NOT_FOUND = ("not found",)
-_INVALID_IMAGE = ("device kernel image is invalid", "no kernel image is available", "unsupported toolchain",
-                  "invalid source")
+_INVALID_IMAGE = (
+    "device kernel image is invalid",
+    "no kernel image is available",
+    "unsupported toolchain",
+    "invalid source",
+)
 _PTX_COMPILE = ("ptx jit compilation failed",)
 _UNSUPPORTED = ("not supported",)
 
@@ -83,4 +87,3 @@ def translate(cuda: Any, exc: BaseException, what: str) -> OffloadError:
     if "invalid argument" in text or "invalid value" in text:
         return InvalidArgumentError(message)
     return BackendError(message)
-

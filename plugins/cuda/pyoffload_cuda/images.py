@@ -64,12 +64,16 @@ def detect_format(image: bytes) -> ImageFormat:
         if magic == FATBIN_MAGIC:
             return ImageFormat.FATBIN
         if magic == FATBIN_WRAPPER_MAGIC:
-            raise InvalidBinaryError("this is a host-side fatbin wrapper (__fatBinC_Wrapper_t), which only points at "
-                                     "the code; pass the fatbin itself (nvcc -fatbin, magic 0xBA55ED50)")
+            raise InvalidBinaryError(
+                "this is a host-side fatbin wrapper (__fatBinC_Wrapper_t), which only points at "
+                "the code; pass the fatbin itself (nvcc -fatbin, magic 0xBA55ED50)"
+            )
     if _is_ptx(image):
         return ImageFormat.PTX
-    raise InvalidBinaryError("not a CUDA image: expected a cubin (ELF, e_machine 190), PTX text (.version ...) "
-                             "or a fatbin (magic 0xBA55ED50)")
+    raise InvalidBinaryError(
+        "not a CUDA image: expected a cubin (ELF, e_machine 190), PTX text (.version ...) "
+        "or a fatbin (magic 0xBA55ED50)"
+    )
 
 
 _ELF64_SYM = struct.Struct("<IBBHQQ")
@@ -101,18 +105,47 @@ def cubin_symbols(image: bytes) -> ImageSymbols:
                 kernels.append(strtab.get_string(st_name))
             elif st_info & 0xF == 1 and sections[st_shndx].startswith((".nv.global", ".nv.constant")):
                 globals_[strtab.get_string(st_name)] = st_size
-    except (ELFError, struct.error, ValueError, KeyError, TypeError, OverflowError, IndexError, AttributeError,
-            UnicodeDecodeError) as exc:  # what pyelftools raises on corrupt input
+    except (
+        ELFError,
+        struct.error,
+        ValueError,
+        KeyError,
+        TypeError,
+        OverflowError,
+        IndexError,
+        AttributeError,
+        UnicodeDecodeError,
+    ) as exc:  # what pyelftools raises on corrupt input
         raise InvalidBinaryError(f"malformed cubin: {exc}") from exc
     return ImageSymbols(tuple(kernels), globals_, f"sm_{sm}" if sm else None)
 
 
-_PTX_SIZES = {"b8": 1, "u8": 1, "s8": 1, "pred": 1, "b16": 2, "u16": 2, "s16": 2, "f16": 2, "bf16": 2,
-              "b32": 4, "u32": 4, "s32": 4, "f32": 4, "b64": 8, "u64": 8, "s64": 8, "f64": 8}
+_PTX_SIZES = {
+    "b8": 1,
+    "u8": 1,
+    "s8": 1,
+    "pred": 1,
+    "b16": 2,
+    "u16": 2,
+    "s16": 2,
+    "f16": 2,
+    "bf16": 2,
+    "b32": 4,
+    "u32": 4,
+    "s32": 4,
+    "f32": 4,
+    "b64": 8,
+    "u64": 8,
+    "s64": 8,
+    "f64": 8,
+}
 PTX_ENTRY = re.compile(r"\.entry\s+([\w$%]+)\s*(?:\(([^)]*)\))?")
 # Module-scope variables (function bodies declare .reg/.local/.shared, never .global or .const).
-PTX_VAR = re.compile(r"^[ \t]*(?:\.visible\s+|\.weak\s+|\.common\s+)?\.(?:global|const)\s+(?:\.align\s+\d+\s+)?"
-                     r"(?:\.v(\d)\s+)?\.(\w+)\s+([\w$%]+)\s*((?:\[\d*\])*)\s*(?:=\s*([^;]*))?;", re.M)
+PTX_VAR = re.compile(
+    r"^[ \t]*(?:\.visible\s+|\.weak\s+|\.common\s+)?\.(?:global|const)\s+(?:\.align\s+\d+\s+)?"
+    r"(?:\.v(\d)\s+)?\.(\w+)\s+([\w$%]+)\s*((?:\[\d*\])*)\s*(?:=\s*([^;]*))?;",
+    re.M,
+)
 
 
 def ptx_text(image: bytes) -> str:
@@ -179,8 +212,23 @@ def image_symbols(image: bytes, fmt: ImageFormat) -> ImageSymbols:
 
 
 # Itanium C++ ABI codes of the builtin parameter types pyoffload passes (LP64); DF16_ first.
-_BUILTIN = {"DF16_": "f16", "a": "i8", "c": "i8", "h": "u8", "b": "u8", "s": "i16", "t": "u16", "i": "i32",
-            "j": "u32", "l": "i64", "m": "u64", "x": "i64", "y": "u64", "f": "f32", "d": "f64"}
+_BUILTIN = {
+    "DF16_": "f16",
+    "a": "i8",
+    "c": "i8",
+    "h": "u8",
+    "b": "u8",
+    "s": "i16",
+    "t": "u16",
+    "i": "i32",
+    "j": "u32",
+    "l": "i64",
+    "m": "u64",
+    "x": "i64",
+    "y": "u64",
+    "f": "f32",
+    "d": "f64",
+}
 LOCAL_TAG = "pyoffload_local"  # kernels declare a LocalMemory parameter as `pyoffload_local *`
 _NUMBER = re.compile(r"\d+")
 

@@ -121,11 +121,17 @@ def deinit_impl() -> None:
     getattr(binding, "finish", lambda: None)()  # the fake driver's leak report
 
 
-_INFO = {"compute_units": "MULTIPROCESSOR_COUNT", "max_work_group_size": "MAX_THREADS_PER_BLOCK",
-         "local_memory_bytes": "MAX_SHARED_MEMORY_PER_BLOCK", "sub_group_size": "WARP_SIZE",
-         "clock_mhz": "CLOCK_RATE", "cuda.unified_addressing": "UNIFIED_ADDRESSING",
-         "cuda.managed_memory": "MANAGED_MEMORY", "cuda.concurrent_managed_access": "CONCURRENT_MANAGED_ACCESS",
-         "cuda.can_map_host_memory": "CAN_MAP_HOST_MEMORY"}
+_INFO = {
+    "compute_units": "MULTIPROCESSOR_COUNT",
+    "max_work_group_size": "MAX_THREADS_PER_BLOCK",
+    "local_memory_bytes": "MAX_SHARED_MEMORY_PER_BLOCK",
+    "sub_group_size": "WARP_SIZE",
+    "clock_mhz": "CLOCK_RATE",
+    "cuda.unified_addressing": "UNIFIED_ADDRESSING",
+    "cuda.managed_memory": "MANAGED_MEMORY",
+    "cuda.concurrent_managed_access": "CONCURRENT_MANAGED_ACCESS",
+    "cuda.can_map_host_memory": "CAN_MAP_HOST_MEMORY",
+}
 
 
 @hookimpl
@@ -142,19 +148,31 @@ def device_info_impl(device: CudaDevice) -> dict[str, Any]:
         raise translate(cuda, exc, "reading device attributes") from exc
     info.update({k: bool(v) for k, v in info.items() if k.startswith("cuda.")})
     info.update(
-        driver_version=f"{version // 1000}.{version % 1000 // 10}", global_memory_bytes=memory, max_alloc_bytes=memory,
-        max_work_item_sizes=tuple(dims[:3]), max_grid_size=tuple(dims[3:]), clock_mhz=info["clock_mhz"] // 1000,
-        address_bits=64, dlpack_device_types={"DEVICE": 2, "HOST": 3, "MANAGED": 13},  # kDLCUDA, Host, Managed
-        memory_kinds=tuple(k.name for k in AllocKind
-                                            if k is not AllocKind.MANAGED or info["cuda.managed_memory"]),
-        **{"cuda.architecture": f"sm_{device.sm}", "cuda.compute_capability": f"{device.sm // 10}.{device.sm % 10}",
-           "cuda.pci_bus_id": bus})
+        driver_version=f"{version // 1000}.{version % 1000 // 10}",
+        global_memory_bytes=memory,
+        max_alloc_bytes=memory,
+        max_work_item_sizes=tuple(dims[:3]),
+        max_grid_size=tuple(dims[3:]),
+        clock_mhz=info["clock_mhz"] // 1000,
+        address_bits=64,
+        dlpack_device_types={"DEVICE": 2, "HOST": 3, "MANAGED": 13},  # kDLCUDA, Host, Managed
+        memory_kinds=tuple(k.name for k in AllocKind if k is not AllocKind.MANAGED or info["cuda.managed_memory"]),
+        **{
+            "cuda.architecture": f"sm_{device.sm}",
+            "cuda.compute_capability": f"{device.sm // 10}.{device.sm % 10}",
+            "cuda.pci_bus_id": bus,
+        },
+    )
     return info
 
 
 _NATIVE: dict[str, Callable[[Any], Any]] = {
-    "device": lambda d: d.dev, "queue": lambda q: int(q.stream.handle), "event": lambda e: e[0],
-    "program": lambda p: p.module, "kernel": lambda k: k.function}
+    "device": lambda d: d.dev,
+    "queue": lambda q: int(q.stream.handle),
+    "event": lambda e: e[0],
+    "program": lambda p: p.module,
+    "kernel": lambda k: k.function,
+}
 
 
 @hookimpl
@@ -166,8 +184,9 @@ def native_handle_impl(kind: str, handle: Any) -> Any:
 
 
 @hookimpl
-def memory_connection_impl(context_a: Any, device_a: CudaDevice | None, context_b: Any,
-                           device_b: CudaDevice | None) -> MemoryConnection | None:
+def memory_connection_impl(
+    context_a: Any, device_a: CudaDevice | None, context_b: Any, device_b: CudaDevice | None
+) -> MemoryConnection | None:
     """Two devices of one context that can reach each other get peer access both ways (kept
     until their primary contexts are released): their memory is UNIFIED.  Everything else has
     the generic answer (memcpy_peer copies between devices without peer access)."""
@@ -197,8 +216,9 @@ def data_alloc_impl(context: Any, device: CudaDevice | None, size: int, kind: Al
             return obj, int(obj.ctypes.data)
         # Mapped (device-accessible at the same address under unified addressing) and portable
         # (pinned for every context, so all devices of the context can use it).
-        obj = cuda.pagelocked_empty(size, np.uint8, "C",
-                                    int(cuda.host_alloc_flags.DEVICEMAP) | int(cuda.host_alloc_flags.PORTABLE))
+        obj = cuda.pagelocked_empty(
+            size, np.uint8, "C", int(cuda.host_alloc_flags.DEVICEMAP) | int(cuda.host_alloc_flags.PORTABLE)
+        )
         if int(obj.base.get_device_pointer()) != int(obj.ctypes.data):
             obj.base.free()
             raise UnsupportedError("pinned host memory is mapped at another device address (no unified addressing)")
@@ -227,15 +247,25 @@ def data_retrieve_impl(device: CudaDevice, queue: CudaQueue, dst: memoryview, sr
 
 
 @hookimpl
-def data_exchange_impl(src_device: CudaDevice, src: int, dst_device: CudaDevice, dst: int, size: int,
-                       queue: CudaQueue) -> None:
+def data_exchange_impl(
+    src_device: CudaDevice, src: int, dst_device: CudaDevice, dst: int, size: int, queue: CudaQueue
+) -> None:
     if src < dst + size and dst < src + size:
         raise UnsupportedError("cuMemcpy* does not copy overlapping ranges")
     if src_device is dst_device:
         call(queue.device, "copying on a device", dst_device.cuda.memcpy_dtod_async, dst, src, size, queue.stream)
     else:
-        call(queue.device, "copying between devices", dst_device.cuda.memcpy_peer_async, dst, src, size,
-             dst_device.context(), src_device.context(), queue.stream)
+        call(
+            queue.device,
+            "copying between devices",
+            dst_device.cuda.memcpy_peer_async,
+            dst,
+            src,
+            size,
+            dst_device.context(),
+            src_device.context(),
+            queue.stream,
+        )
 
 
 @hookimpl
@@ -313,8 +343,14 @@ def load_binary_impl(context: Any, device: CudaDevice, image: bytes) -> CudaProg
     cuda = device.cuda
     log: list[str] = []
     try:
-        module = call(device, f"loading a {fmt.value} image", cuda.module_from_buffer, image, [],
-                      lambda ok, info, error: log.append(error))
+        module = call(
+            device,
+            f"loading a {fmt.value} image",
+            cuda.module_from_buffer,
+            image,
+            [],
+            lambda ok, info, error: log.append(error),
+        )
     except CompileError as exc:
         exc.build_log = exc.build_log or "".join(log)
         raise
@@ -340,14 +376,16 @@ def unload_binary_impl(device: CudaDevice, program: CudaProgram) -> None:
 
 @hookimpl
 def global_init_fini_impl(device: CudaDevice, program: CudaProgram) -> InitFini:
-    return InitFini(init=tuple(n for n in (INIT,) if n in program.names),
-                    fini=tuple(n for n in (FINI,) if n in program.names))
+    return InitFini(
+        init=tuple(n for n in (INIT,) if n in program.names), fini=tuple(n for n in (FINI,) if n in program.names)
+    )
 
 
 @hookimpl
 def get_symbols_impl(device: CudaDevice, program: CudaProgram) -> Sequence[SymbolDesc]:
     return [SymbolDesc(n, SymbolKind.KERNEL) for n in program.names] + [
-        SymbolDesc(n, SymbolKind.GLOBAL, size) for n, size in program.globals.items()]
+        SymbolDesc(n, SymbolKind.GLOBAL, size) for n, size in program.globals.items()
+    ]
 
 
 @hookimpl
@@ -372,21 +410,40 @@ def kernel_signature_impl(device: CudaDevice, kernel: CudaKernel) -> tuple[str, 
 @hookimpl
 def kernel_attributes_impl(device: CudaDevice, kernel: CudaKernel) -> dict[str, Any]:
     attr = device.cuda.function_attribute
-    keys = {"max_work_group_size": attr.MAX_THREADS_PER_BLOCK, "local_memory_bytes": attr.SHARED_SIZE_BYTES,
-            "private_memory_bytes": attr.LOCAL_SIZE_BYTES, "registers": attr.NUM_REGS}
-    found = {k: int(call(device, "reading kernel attributes", kernel.function.get_attribute, a))
-             for k, a in keys.items()}
+    keys = {
+        "max_work_group_size": attr.MAX_THREADS_PER_BLOCK,
+        "local_memory_bytes": attr.SHARED_SIZE_BYTES,
+        "private_memory_bytes": attr.LOCAL_SIZE_BYTES,
+        "registers": attr.NUM_REGS,
+    }
+    found = {
+        k: int(call(device, "reading kernel attributes", kernel.function.get_attribute, a)) for k, a in keys.items()
+    }
     return {**found, "preferred_work_group_multiple": device.warp}
 
 
 # Parameter kinds as struct codes; CUDA lays parameters out with natural alignment.
-_CODES = {"ptr": "Q", "local": "Q", "i8": "b", "i16": "h", "i32": "i", "i64": "q", "u8": "B", "u16": "H",
-          "u32": "I", "u64": "Q", "f16": "e", "f32": "f", "f64": "d"}
+_CODES = {
+    "ptr": "Q",
+    "local": "Q",
+    "i8": "b",
+    "i16": "h",
+    "i32": "i",
+    "i64": "q",
+    "u8": "B",
+    "u16": "H",
+    "u32": "I",
+    "u64": "Q",
+    "f16": "e",
+    "f32": "f",
+    "f64": "d",
+}
 
 
 @hookimpl
-def kernel_packer_impl(device: CudaDevice, kernel: CudaKernel,
-                       kinds: tuple[str, ...]) -> Callable[[tuple[Any, ...]], Any]:
+def kernel_packer_impl(
+    device: CudaDevice, kernel: CudaKernel, kinds: tuple[str, ...]
+) -> Callable[[tuple[Any, ...]], Any]:
     """Pack a launch into ``(size, (parameter buffer,), dynamic shared bytes)``: the buffer is
     built with one ``struct.Struct`` per signature and handed to a pycuda Function prepared for a
     buffer of that size.  Each LocalMemory argument becomes its byte offset in the launch's
@@ -413,12 +470,26 @@ def kernel_packer_impl(device: CudaDevice, kernel: CudaKernel,
 
 
 @hookimpl
-def launch_impl(device: CudaDevice, queue: CudaQueue, kernel: CudaKernel, grid: tuple[int, int, int],
-                block: tuple[int, int, int], args: tuple[int, tuple[bytes], int]) -> None:
+def launch_impl(
+    device: CudaDevice,
+    queue: CudaQueue,
+    kernel: CudaKernel,
+    grid: tuple[int, int, int],
+    block: tuple[int, int, int],
+    args: tuple[int, tuple[bytes], int],
+) -> None:
     size, params, shared = args
     function = kernel.prepared.get(size) or _prepare(device, kernel, size)
-    call(device, "launching a kernel", function.prepared_async_call, grid, block, queue.stream, *params,
-         shared_size=shared)
+    call(
+        device,
+        "launching a kernel",
+        function.prepared_async_call,
+        grid,
+        block,
+        queue.stream,
+        *params,
+        shared_size=shared,
+    )
 
 
 def _prepare(device: CudaDevice, kernel: CudaKernel, size: int) -> Any:
@@ -429,8 +500,14 @@ def _prepare(device: CudaDevice, kernel: CudaKernel, size: int) -> Any:
 
 
 @hookimpl
-def launch_prepare_impl(device: CudaDevice, queue: CudaQueue, kernel: CudaKernel, grid: tuple[int, int, int],
-                        block: tuple[int, int, int], args: tuple[int, tuple[bytes], int]) -> Callable[[], None]:
+def launch_prepare_impl(
+    device: CudaDevice,
+    queue: CudaQueue,
+    kernel: CudaKernel,
+    grid: tuple[int, int, int],
+    block: tuple[int, int, int],
+    args: tuple[int, tuple[bytes], int],
+) -> Callable[[], None]:
     size, params, shared = args
     launch = (kernel.prepared.get(size) or _prepare(device, kernel, size)).prepared_async_call
     # The stream is read at each call: a prepared launch must not keep it past queue_destroy_impl.

@@ -18,10 +18,18 @@ def _n(count: int) -> list[Call]:
 
 
 MODULE_FUNCTIONS: dict[str, list[Call]] = {
-    "init": _n(0), "get_driver_version": _n(0), "mem_alloc": _n(1), "pagelocked_empty": _n(4),
-    "managed_empty": _n(4), "memcpy_htod_async": _n(3),
-    "memcpy_dtoh_async": _n(3), "memcpy_dtod_async": _n(4), "memcpy_peer_async": _n(6),
-    "memset_d8_async": _n(4), "memset_d16_async": _n(4), "memset_d32_async": _n(4),
+    "init": _n(0),
+    "get_driver_version": _n(0),
+    "mem_alloc": _n(1),
+    "pagelocked_empty": _n(4),
+    "managed_empty": _n(4),
+    "memcpy_htod_async": _n(3),
+    "memcpy_dtoh_async": _n(3),
+    "memcpy_dtod_async": _n(4),
+    "memcpy_peer_async": _n(6),
+    "memset_d8_async": _n(4),
+    "memset_d16_async": _n(4),
+    "memset_d32_async": _n(4),
     "module_from_buffer": _n(3),
 }
 
@@ -34,8 +42,15 @@ CLASS_FUNCTIONS: dict[str, dict[str, list[Call]]] = {
 }
 
 INSTANCE_METHODS: dict[str, dict[str, list[Call]]] = {
-    "Device": {"name": _n(0), "total_memory": _n(0), "compute_capability": _n(0), "pci_bus_id": _n(0),
-               "get_attribute": _n(1), "can_access_peer": _n(1), "retain_primary_context": _n(0)},
+    "Device": {
+        "name": _n(0),
+        "total_memory": _n(0),
+        "compute_capability": _n(0),
+        "pci_bus_id": _n(0),
+        "get_attribute": _n(1),
+        "can_access_peer": _n(1),
+        "retain_primary_context": _n(0),
+    },
     "Context": {"push": _n(0), "detach": _n(0)},
     "Stream": {"synchronize": _n(0), "is_done": _n(0), "wait_for_event": _n(1)},
     "Event": {"record": _n(1), "synchronize": _n(0), "query": _n(0), "time_till": _n(1)},
@@ -44,8 +59,11 @@ INSTANCE_METHODS: dict[str, dict[str, list[Call]]] = {
     "ManagedAllocation": {"free": _n(0)},
     "Module": {"get_function": _n(1), "get_global": _n(1)},
     # prepared_async_call(grid, block, stream, *params, shared_size=...): one packed buffer or none.
-    "Function": {"prepare": _n(1), "get_attribute": _n(1),
-                 "prepared_async_call": [(3, ("shared_size",)), (4, ("shared_size",))]},
+    "Function": {
+        "prepare": _n(1),
+        "get_attribute": _n(1),
+        "prepared_async_call": [(3, ("shared_size",)), (4, ("shared_size",))],
+    },
 }
 
 PROPERTIES: dict[str, tuple[str, ...]] = {"Context": ("handle",), "Stream": ("handle",)}
@@ -56,9 +74,21 @@ CONSTANTS: dict[str, tuple[str, ...]] = {
     "mem_attach_flags": ("GLOBAL",),
     "event_flags": ("DISABLE_TIMING",),
     "device_attribute": (
-        "MULTIPROCESSOR_COUNT", "MAX_THREADS_PER_BLOCK", "WARP_SIZE", "MAX_SHARED_MEMORY_PER_BLOCK", "CLOCK_RATE",
-        "UNIFIED_ADDRESSING", "MANAGED_MEMORY", "CONCURRENT_MANAGED_ACCESS", "CAN_MAP_HOST_MEMORY",
-        "MAX_BLOCK_DIM_X", "MAX_BLOCK_DIM_Y", "MAX_BLOCK_DIM_Z", "MAX_GRID_DIM_X", "MAX_GRID_DIM_Y", "MAX_GRID_DIM_Z",
+        "MULTIPROCESSOR_COUNT",
+        "MAX_THREADS_PER_BLOCK",
+        "WARP_SIZE",
+        "MAX_SHARED_MEMORY_PER_BLOCK",
+        "CLOCK_RATE",
+        "UNIFIED_ADDRESSING",
+        "MANAGED_MEMORY",
+        "CONCURRENT_MANAGED_ACCESS",
+        "CAN_MAP_HOST_MEMORY",
+        "MAX_BLOCK_DIM_X",
+        "MAX_BLOCK_DIM_Y",
+        "MAX_BLOCK_DIM_Z",
+        "MAX_GRID_DIM_X",
+        "MAX_GRID_DIM_Y",
+        "MAX_GRID_DIM_Z",
     ),
     "function_attribute": ("MAX_THREADS_PER_BLOCK", "SHARED_SIZE_BYTES", "LOCAL_SIZE_BYTES", "NUM_REGS"),
 }

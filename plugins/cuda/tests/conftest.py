@@ -18,8 +18,10 @@ def nvcc() -> str:
 @pytest.fixture(scope="session")
 def built(nvcc):
     """Both conformance programs in every format, for sm_80."""
-    return {fmt: {name: conformance.build(name, fmt, 80, nvcc) for name in conformance.SOURCES}
-            for fmt in conformance.FORMATS}
+    return {
+        fmt: {name: conformance.build(name, fmt, 80, nvcc) for name in conformance.SOURCES}
+        for fmt in conformance.FORMATS
+    }
 
 
 def shutdown_quietly() -> None:

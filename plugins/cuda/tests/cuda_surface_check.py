@@ -14,8 +14,9 @@ from typing import Any
 
 from pyoffload_cuda import surface
 
-CLASS_MEMBERS_OF_INTEREST = sorted(set(surface.INSTANCE_METHODS) | set(surface.CLASS_FUNCTIONS)
-                                   | set(surface.CONSTRUCTORS))
+CLASS_MEMBERS_OF_INTEREST = sorted(
+    set(surface.INSTANCE_METHODS) | set(surface.CLASS_FUNCTIONS) | set(surface.CONSTRUCTORS)
+)
 
 
 def _boost_overloads(doc: str, name: str) -> list[list[tuple[str, bool]]]:
@@ -98,8 +99,11 @@ def check(drv: Any) -> list[str]:
             problems.append(f"missing class {name}")
             continue
         for n, kw in calls:
-            p = call_ok(cls, n, kw, False, name) if _has_py_signature(cls) else \
-                call_ok(cls.__init__, n, kw, True, f"{name}.__init__")
+            p = (
+                call_ok(cls, n, kw, False, name)
+                if _has_py_signature(cls)
+                else call_ok(cls.__init__, n, kw, True, f"{name}.__init__")
+            )
             if p:
                 problems.append(p)
     for cname, methods in surface.CLASS_FUNCTIONS.items():
@@ -165,6 +169,14 @@ if __name__ == "__main__":
         call_ok(cuda.Event.record, 3, (), True, "Event.record"),
         call_ok(cuda.Function.prepared_async_call, 3, ("no_such_keyword",), True, "Function.prepared_async_call"),
     ]
-    print(json.dumps({"problems": check(cuda), "members": member_names(cuda),
-                      "negative": negative, "version": list(cuda.get_version())}))
+    print(
+        json.dumps(
+            {
+                "problems": check(cuda),
+                "members": member_names(cuda),
+                "negative": negative,
+                "version": list(cuda.get_version()),
+            }
+        )
+    )
     sys.exit(0)

@@ -261,8 +261,7 @@ def test_launch_argument_layout_is_checked(drv, ctxs, built):
 
 
 def test_unknown_kernels_are_recorded(drv, ctxs):
-    ptx = (b".version 8.0\n.target sm_80\n.address_size 64\n"
-           b".visible .entry mystery(\n.param .u32 p0\n)\n{\nret;\n}\n")
+    ptx = b".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry mystery(\n.param .u32 p0\n)\n{\nret;\n}\n"
     ctxs[0].push()
     fn = drv.module_from_buffer(ptx).get_function("mystery").prepare("I")
     fn.prepared_async_call((2, 1), (4, 1, 1), None, 5)
@@ -371,9 +370,16 @@ def test_the_pytest_plugin_fails_a_run_that_leaks(tmp_path):
         "    dev = [d for d in pyoffload.devices() if d.backend == 'cuda'][0]\n"
         "    dev.handle.context().push()\n"
         "    globals()['kept'] = plugin._devices[0].cuda.mem_alloc(64)\n"
-        "    plugin._devices[0].cuda.Context.pop()\n")
+        "    plugin._devices[0].cuda.Context.pop()\n"
+    )
     env = dict(os.environ, PYOFFLOAD_CUDA_DRIVER="fake", PYOFFLOAD_PLUGINS="cuda")
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert "1 passed" in proc.stdout and proc.returncode == 1, proc.stdout + proc.stderr
     assert "fake CUDA driver" in proc.stdout and "leak:" in proc.stdout

@@ -15,8 +15,9 @@ KERNELS = {"noop", "iota_i32", "axpy_f32", "scalars", "local_reverse", "bump", "
 CTOR_DTOR = {"nvptx$device$init", "nvptx$device$fini", "get_state", "set_dtor_out"}
 
 
-@pytest.mark.parametrize("fmt,expected", [("ptx", ImageFormat.PTX), ("cubin", ImageFormat.CUBIN),
-                                          ("fatbin", ImageFormat.FATBIN)])
+@pytest.mark.parametrize(
+    "fmt,expected", [("ptx", ImageFormat.PTX), ("cubin", ImageFormat.CUBIN), ("fatbin", ImageFormat.FATBIN)]
+)
 def test_detects_nvcc_output(built, fmt, expected):
     assert images.detect_format(built[fmt]["kernels"]) is expected
 
@@ -43,19 +44,25 @@ def test_arch_and_entry_flag(built):
     assert len(syms.kernels) == 7
 
 
-@pytest.mark.parametrize("symbol,expected", [
-    ("_Z8iota_i32Piii", ("iota_i32", ("ptr", "i32", "i32"))),
-    ("_Z8axpy_f32PfPKffi", ("axpy_f32", ("ptr", "ptr", "f32", "i32"))),
-    ("_Z7scalarsPdasilfdhtjm", ("scalars", ("ptr", "i8", "i16", "i32", "i64", "f32", "f64", "u8", "u16", "u32", "u64"))),
-    ("_Z13local_reversePiPKiP15pyoffload_localii", ("local_reverse", ("ptr", "ptr", "local", "i32", "i32"))),
-    ("_Z1kPiS_PKfS1_", ("k", ("ptr", "ptr", "ptr", "ptr"))),  # substitutions of earlier types
-    ("_Z1kDF16_y", ("k", ("f16", "u64"))),
-    ("_Z4noopv", ("noop", ())),
-    ("noop", None),  # a C name says nothing about its parameters
-    ("_ZN2ns1kEPi", None),  # namespaces: not read
-    ("_Z1k3Foo", None),  # a class by value has no parameter kind
-    ("_Z1kS_", None),  # a substitution with nothing to refer to
-])
+@pytest.mark.parametrize(
+    "symbol,expected",
+    [
+        ("_Z8iota_i32Piii", ("iota_i32", ("ptr", "i32", "i32"))),
+        ("_Z8axpy_f32PfPKffi", ("axpy_f32", ("ptr", "ptr", "f32", "i32"))),
+        (
+            "_Z7scalarsPdasilfdhtjm",
+            ("scalars", ("ptr", "i8", "i16", "i32", "i64", "f32", "f64", "u8", "u16", "u32", "u64")),
+        ),
+        ("_Z13local_reversePiPKiP15pyoffload_localii", ("local_reverse", ("ptr", "ptr", "local", "i32", "i32"))),
+        ("_Z1kPiS_PKfS1_", ("k", ("ptr", "ptr", "ptr", "ptr"))),  # substitutions of earlier types
+        ("_Z1kDF16_y", ("k", ("f16", "u64"))),
+        ("_Z4noopv", ("noop", ())),
+        ("noop", None),  # a C name says nothing about its parameters
+        ("_ZN2ns1kEPi", None),  # namespaces: not read
+        ("_Z1k3Foo", None),  # a class by value has no parameter kind
+        ("_Z1kS_", None),  # a substitution with nothing to refer to
+    ],
+)
 def test_signatures_from_mangled_names(symbol, expected):
     assert images.demangle(symbol) == expected
 
@@ -74,8 +81,19 @@ def test_compressed_fatbin_entries_are_flagged(nvcc, tmp_path):
     from pyoffload_cuda.nvcc import KERNEL_DIR
 
     out = tmp_path / "c.fatbin"
-    subprocess.run([nvcc, "-fatbin", "-compress-mode=size", "-gencode", "arch=compute_80,code=compute_80",
-                    "-o", str(out), str(KERNEL_DIR / "conformance_kernels.cu")], check=True)
+    subprocess.run(
+        [
+            nvcc,
+            "-fatbin",
+            "-compress-mode=size",
+            "-gencode",
+            "arch=compute_80,code=compute_80",
+            "-o",
+            str(out),
+            str(KERNEL_DIR / "conformance_kernels.cu"),
+        ],
+        check=True,
+    )
     data = out.read_bytes()
     assert images.detect_format(data) is ImageFormat.FATBIN
     entries = images.fatbin_entries(data)
@@ -84,13 +102,16 @@ def test_compressed_fatbin_entries_are_flagged(nvcc, tmp_path):
         images.image_symbols(data, ImageFormat.FATBIN)
 
 
-@pytest.mark.parametrize("data,match", [
-    (b"", "not a CUDA image"),
-    (b"hello world, not a kernel" * 3, "not a CUDA image"),
-    (b"\x00" * 64, "not a CUDA image"),
-    (struct.pack("<IIQQ", images.FATBIN_WRAPPER_MAGIC, 1, 0x1000, 0), "wrapper"),
-    (b"// a comment\n.target sm_80\n", "not a CUDA image"),  # no .version: not PTX
-])
+@pytest.mark.parametrize(
+    "data,match",
+    [
+        (b"", "not a CUDA image"),
+        (b"hello world, not a kernel" * 3, "not a CUDA image"),
+        (b"\x00" * 64, "not a CUDA image"),
+        (struct.pack("<IIQQ", images.FATBIN_WRAPPER_MAGIC, 1, 0x1000, 0), "wrapper"),
+        (b"// a comment\n.target sm_80\n", "not a CUDA image"),  # no .version: not PTX
+    ],
+)
 def test_rejects_non_cuda_bytes(data, match):
     with pytest.raises(InvalidBinaryError, match=match):
         images.detect_format(data)
@@ -104,9 +125,11 @@ def test_rejects_host_elf():
 
 
 def test_ptx_with_leading_comments():
-    ptx = b"// Generated\n/* block\ncomment */\n  .version 8.0\n.target sm_75\n.address_size 64\n" \
-          b".visible .entry k(\n.param .u64 k_param_0\n)\n{\nret;\n}\n" \
-          b".global .align 4 .f32 pi = 0f40490FDB;\n.visible .global .align 8 .u64 arr[3] = {1, 2, 3};\n"
+    ptx = (
+        b"// Generated\n/* block\ncomment */\n  .version 8.0\n.target sm_75\n.address_size 64\n"
+        b".visible .entry k(\n.param .u64 k_param_0\n)\n{\nret;\n}\n"
+        b".global .align 4 .f32 pi = 0f40490FDB;\n.visible .global .align 8 .u64 arr[3] = {1, 2, 3};\n"
+    )
     assert images.detect_format(ptx) is ImageFormat.PTX
     syms = images.ptx_symbols(ptx)
     assert syms.kernels == ("k",)

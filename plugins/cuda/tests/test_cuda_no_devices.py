@@ -32,8 +32,10 @@ def _clean_env(**extra: str) -> dict[str, str]:
 
 
 def test_plugin_module_imports_without_touching_the_driver():
-    code = ("import sys; import pyoffload_cuda.plugin; "
-            "assert 'pycuda' not in sys.modules and 'pycuda.driver' not in sys.modules; print('ok')")
+    code = (
+        "import sys; import pyoffload_cuda.plugin; "
+        "assert 'pycuda' not in sys.modules and 'pycuda.driver' not in sys.modules; print('ok')"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_clean_env())
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
 
@@ -71,12 +73,19 @@ def test_real_pycuda_on_this_machine_reports_no_devices():
     host backend still works."""
     if _has_libcuda():
         pytest.skip("this machine has a CUDA driver")
-    code = ("import pyoffload\n"
-            "rep = [r for r in pyoffload.plugins() if r.name == 'cuda'][0]\n"
-            "print(rep.line())\n"
-            "print([d.id for d in pyoffload.devices()])\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=_clean_env(PYOFFLOAD_PLUGINS="cuda"), timeout=120)
+    code = (
+        "import pyoffload\n"
+        "rep = [r for r in pyoffload.plugins() if r.name == 'cuda'][0]\n"
+        "print(rep.line())\n"
+        "print([d.id for d in pyoffload.devices()])\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=_clean_env(PYOFFLOAD_PLUGINS="cuda"),
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     line, devices = proc.stdout.strip().splitlines()
     assert "no devices: pycuda.driver cannot be imported: libcuda.so.1" in line
@@ -93,12 +102,30 @@ def test_real_pycuda_with_a_driver_that_finds_no_gpu(tmp_path):
     if not pathlib.Path(cuda_root, "include", "cuda.h").exists():
         pytest.skip("no CUDA toolkit headers")
     tools = HERE.parent / "tools"
-    subprocess.run([sys.executable, str(tools / "gen_libcuda_stub.py"), cuda_root, str(tmp_path / "s.c")],
-                   check=True, capture_output=True)
-    subprocess.run(["cc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(tmp_path / "libcuda.so.1"),
-                    str(tmp_path / "s.c")], check=True)
+    subprocess.run(
+        [sys.executable, str(tools / "gen_libcuda_stub.py"), cuda_root, str(tmp_path / "s.c")],
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(
+        [
+            "cc",
+            "-shared",
+            "-fPIC",
+            "-Wl,-soname,libcuda.so.1",
+            "-o",
+            str(tmp_path / "libcuda.so.1"),
+            str(tmp_path / "s.c"),
+        ],
+        check=True,
+    )
     code = "import pyoffload\nprint([r.line() for r in pyoffload.plugins() if r.name == 'cuda'][0])\n"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env=_clean_env(PYOFFLOAD_PLUGINS="cuda", LD_LIBRARY_PATH=str(tmp_path)))
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=_clean_env(PYOFFLOAD_PLUGINS="cuda", LD_LIBRARY_PATH=str(tmp_path)),
+    )
     assert proc.returncode == 0, proc.stderr
     assert "no devices: cuInit failed" in proc.stdout

@@ -154,8 +154,18 @@ def test_build_program_from_source(fake_runtime, nvcc):
     assert err.value.errc is Errc.COMPILE_FAILURE and "error" in err.value.build_log
 
 
-@pytest.mark.parametrize("pattern", [b"\x5a", b"\x01\x02", b"\x01\x02\x03\x04", b"\xab" * 8,
-                                     b"\x01\x02\x03\x04\x01\x02\x03\x04", b"\x01\x02\x03", bytes(range(8))])
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        b"\x5a",
+        b"\x01\x02",
+        b"\x01\x02\x03\x04",
+        b"\xab" * 8,
+        b"\x01\x02\x03\x04\x01\x02\x03\x04",
+        b"\x01\x02\x03",
+        bytes(range(8)),
+    ],
+)
 def test_memfill_native_or_fallback(fake_runtime, pattern):
     d0, _ = fake_runtime
     a = d0.alloc(48)
@@ -187,8 +197,9 @@ def test_packer_lays_out_parameters_and_local_memory(fake_runtime):
     with d0.load_program(images(d0)["kernels"]) as prog:
         kernel = prog.kernel("noop").handle
         pack = plugin.kernel_packer_impl(d0.handle, kernel, ("ptr", "local", "f32", "local", "i8", "f16", "u64"))
-        size, (buf,), shared = pack((5, LocalMemory(10), np.float32(1), LocalMemory(4), np.int8(-2),
-                                     np.float16(1.5), np.uint64(7)))
+        size, (buf,), shared = pack(
+            (5, LocalMemory(10), np.float32(1), LocalMemory(4), np.int8(-2), np.float16(1.5), np.uint64(7))
+        )
     # natural alignment: ptr@0 local@8 f32@16 local@24 i8@32 f16@34 u64@40
     assert size == len(buf) == 48 and shared == 20
     assert struct.unpack("<QQf4xQbxexxxxQ", buf) == (5, 0, 1.0, 16, -2, 1.5, 7)
@@ -247,8 +258,11 @@ def test_driver_calls_exercised(fake_runtime, driver):
     d0, d1 = fake_runtime
     ctx = pyoffload.Context([d0, d1])
     a, b = ctx.alloc(256, device=d0), ctx.alloc(256, device=d1)
-    with d0.load_program(images(d0)["kernels"], context=ctx) as prog, \
-            d0.create_queue(profiling=True, context=ctx) as q, d1.create_queue(context=ctx) as q1:
+    with (
+        d0.load_program(images(d0)["kernels"], context=ctx) as prog,
+        d0.create_queue(profiling=True, context=ctx) as q,
+        d1.create_queue(context=ctx) as q1,
+    ):
         e1 = q.launch(prog.kernel("iota_i32"), 1, 64, [a, np.int32(64), np.int32(0)])
         q.memfill(a, b"\x01\x02\x03\x04")
         e2 = q.launch(prog.kernel("noop"), 1, 1, [])
@@ -260,11 +274,28 @@ def test_driver_calls_exercised(fake_runtime, driver):
     pyoffload.memcpy(out, a)
     assert list(out) == list(range(64))
     ctx.close()
-    expected = {"cuInit", "cuDevicePrimaryCtxRetain", "cuCtxPushCurrent", "cuCtxPopCurrent",
-                "cuCtxEnablePeerAccess", "cuMemAlloc", "cuMemFree", "cuModuleLoadDataEx", "cuModuleGetFunction",
-                "cuLaunchKernel", "cuStreamCreate", "cuStreamWaitEvent", "cuEventCreate", "cuEventRecord",
-                "cuEventSynchronize", "cuEventElapsedTime", "cuMemsetD32Async", "cuStreamSynchronize",
-                "cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync"}
+    expected = {
+        "cuInit",
+        "cuDevicePrimaryCtxRetain",
+        "cuCtxPushCurrent",
+        "cuCtxPopCurrent",
+        "cuCtxEnablePeerAccess",
+        "cuMemAlloc",
+        "cuMemFree",
+        "cuModuleLoadDataEx",
+        "cuModuleGetFunction",
+        "cuLaunchKernel",
+        "cuStreamCreate",
+        "cuStreamWaitEvent",
+        "cuEventCreate",
+        "cuEventRecord",
+        "cuEventSynchronize",
+        "cuEventElapsedTime",
+        "cuMemsetD32Async",
+        "cuStreamSynchronize",
+        "cuMemcpyHtoDAsync",
+        "cuMemcpyDtoHAsync",
+    }
     assert expected <= driver.calls, expected - driver.calls
 
 

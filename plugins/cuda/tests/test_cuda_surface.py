@@ -40,7 +40,8 @@ def _binding_uses() -> tuple[set[str], set[tuple[str, str]], set[str]]:
 
     def is_binding(node: ast.AST) -> bool:
         return (isinstance(node, ast.Name) and node.id == "cuda") or (
-            isinstance(node, ast.Attribute) and node.attr == "cuda")
+            isinstance(node, ast.Attribute) and node.attr == "cuda"
+        )
 
     for name in PLUGIN_MODULES:
         tree = ast.parse((PACKAGE / name).read_text(), name)
@@ -79,8 +80,14 @@ def test_checker_refuses_wrong_calls():
 
 
 def _check_real(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(HERE / "cuda_surface_check.py")], capture_output=True, text=True,
-                          env=env, cwd=HERE, timeout=120)
+    return subprocess.run(
+        [sys.executable, str(HERE / "cuda_surface_check.py")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=HERE,
+        timeout=120,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +95,7 @@ def real_surface(tmp_path_factory):
     """The real pycuda.driver's surface, whenever pycuda is installed: imported as it is (a
     machine with a driver), else against the link-time stand-in built from the toolkit's cuda.h.
     Skipped only where neither works, and then a failure under PYOFFLOAD_CUDA_REQUIRE_PYCUDA=1."""
+
     def unavailable(reason: str) -> None:
         if os.environ.get("PYOFFLOAD_CUDA_REQUIRE_PYCUDA") == "1":
             pytest.fail(reason)
@@ -101,10 +109,23 @@ def real_surface(tmp_path_factory):
         if not (pathlib.Path(cuda_root) / "include" / "cuda.h").exists():
             unavailable(f"pycuda needs libcuda.so.1 and there are no CUDA headers under {cuda_root} for a stand-in")
         out = tmp_path_factory.mktemp("stub")
-        subprocess.run([sys.executable, str(TOOLS / "gen_libcuda_stub.py"), cuda_root, str(out / "stub.c")],
-                       check=True, capture_output=True)
-        subprocess.run(["cc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(out / "libcuda.so.1"),
-                        str(out / "stub.c")], check=True)
+        subprocess.run(
+            [sys.executable, str(TOOLS / "gen_libcuda_stub.py"), cuda_root, str(out / "stub.c")],
+            check=True,
+            capture_output=True,
+        )
+        subprocess.run(
+            [
+                "cc",
+                "-shared",
+                "-fPIC",
+                "-Wl,-soname,libcuda.so.1",
+                "-o",
+                str(out / "libcuda.so.1"),
+                str(out / "stub.c"),
+            ],
+            check=True,
+        )
         proc = _check_real(dict(os.environ, LD_LIBRARY_PATH=str(out)))
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)

@@ -26,10 +26,9 @@ HEADERS = ("cuda.h", "cudaProfiler.h")
 ENTRY_POINT = re.compile(r"\bCUresult\s+(cu\w+)\s*\(")
 # Callers print these strings, so they must be valid even when nothing else works.
 SPECIAL = {
-    "cuGetErrorString": 'int cuGetErrorString(int e, const char **s) '
-                        '{ if (s) *s = "no CUDA driver (link-time stand-in)"; return 0; }',
-    "cuGetErrorName": 'int cuGetErrorName(int e, const char **s) '
-                      '{ if (s) *s = "CUDA_ERROR_NO_DEVICE"; return 0; }',
+    "cuGetErrorString": "int cuGetErrorString(int e, const char **s) "
+    '{ if (s) *s = "no CUDA driver (link-time stand-in)"; return 0; }',
+    "cuGetErrorName": 'int cuGetErrorName(int e, const char **s) { if (s) *s = "CUDA_ERROR_NO_DEVICE"; return 0; }',
 }
 
 
@@ -37,7 +36,10 @@ def driver_entry_points(cuda_root: str) -> list[str]:
     source = "".join(f"#include <{h}>\n" for h in HEADERS)
     pre = subprocess.run(
         ["cc", "-E", "-P", "-x", "c", f"-I{cuda_root}/include", "-"],
-        input=source, capture_output=True, text=True, check=True,
+        input=source,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     return sorted(set(ENTRY_POINT.findall(pre)))
 

@@ -75,8 +75,22 @@ class Flag:
 class RemoteQueue:
     """Rank 0's handle of a queue on a server."""
 
-    __slots__ = ("link", "qid", "rank", "device", "profiling", "error", "probe", "enqueued", "settled", "deferred",
-                 "moving", "synchronised_failures", "computing", "copying")
+    __slots__ = (
+        "link",
+        "qid",
+        "rank",
+        "device",
+        "profiling",
+        "error",
+        "probe",
+        "enqueued",
+        "settled",
+        "deferred",
+        "moving",
+        "synchronised_failures",
+        "computing",
+        "copying",
+    )
 
     def __init__(self, link: Link, qid: int, rank: int, device: Any, profiling: bool = False) -> None:
         self.link, self.qid, self.rank, self.device, self.profiling = link, qid, rank, device, profiling
@@ -183,7 +197,8 @@ class Link:
                     return
                 for offset, length in chunks(len(payload)):
                     self._inflight_bytes.append(
-                        self.comm.Isend([payload[offset:offset + length], self.MPI.BYTE], rank, TAG_REQUEST))
+                        self.comm.Isend([payload[offset : offset + length], self.MPI.BYTE], rank, TAG_REQUEST)
+                    )
 
     def post_together(self, messages: list[tuple[int, tuple[Any, ...]]]) -> None:
         """Send several requests to several ranks as one step: no other request goes out between
@@ -317,7 +332,7 @@ class Link:
                 self._receiving.append((self.comm.Irecv([view, byte], rank, mpi_tag), qid))
                 return
             for offset, length in chunks(len(view)):
-                self._receiving.append((self.comm.Irecv([view[offset:offset + length], byte], rank, mpi_tag), qid))
+                self._receiving.append((self.comm.Irecv([view[offset : offset + length], byte], rank, mpi_tag), qid))
 
     def _complete_receives(self) -> bool:
         """Complete what has completed of the receives of retrieved bytes; ``True`` if any did."""
@@ -328,7 +343,7 @@ class Link:
             return False
         finished = set(done)
         with self._send_lock:
-            self._receiving[:len(head)] = [r for i, r in enumerate(head) if i not in finished]
+            self._receiving[: len(head)] = [r for i, r in enumerate(head) if i not in finished]
         return True
 
     def _set_aside(self, qid: int | None = None, rank: int | None = None) -> None:
@@ -419,8 +434,11 @@ class Link:
             self._last_check = now
             for rank, heard in self._heard.items():
                 if rank not in self.dead and now - heard > self.limit:
-                    self._declare_dead(rank, f"said nothing for {self.limit:g} s (PYOFFLOAD_MPI_TIMEOUT): "
-                                             "the rank died or stopped answering")
+                    self._declare_dead(
+                        rank,
+                        f"said nothing for {self.limit:g} s (PYOFFLOAD_MPI_TIMEOUT): "
+                        "the rank died or stopped answering",
+                    )
         return busy
 
     def _complete(self, name: str) -> bool:
@@ -435,7 +453,7 @@ class Link:
             return False
         finished = set(done)
         with self._send_lock:
-            requests[:len(head)] = [r for i, r in enumerate(head) if i not in finished]
+            requests[: len(head)] = [r for i, r in enumerate(head) if i not in finished]
         return True
 
     def _progress(self) -> None:
@@ -451,7 +469,9 @@ class Link:
             if busy:
                 backoff.reset()
             else:
-                backoff.ceiling = 5e-4 if (self._replies or self._inflight or self._inflight_bytes or self._receiving) else 5e-3
+                backoff.ceiling = (
+                    5e-4 if (self._replies or self._inflight or self._inflight_bytes or self._receiving) else 5e-3
+                )
                 backoff.pause()
 
     def _dispatch(self, rank: int, message: tuple[Any, ...]) -> None:

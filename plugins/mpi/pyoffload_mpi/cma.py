@@ -45,8 +45,14 @@ def _functions() -> tuple[Any, Any] | None:
         return None
     for fn in (read, write):
         fn.restype = ctypes.c_ssize_t
-        fn.argtypes = [ctypes.c_int, ctypes.POINTER(_IoVec), ctypes.c_ulong, ctypes.POINTER(_IoVec), ctypes.c_ulong,
-                       ctypes.c_ulong]
+        fn.argtypes = [
+            ctypes.c_int,
+            ctypes.POINTER(_IoVec),
+            ctypes.c_ulong,
+            ctypes.POINTER(_IoVec),
+            ctypes.c_ulong,
+            ctypes.c_ulong,
+        ]
     return read, write
 
 
@@ -73,8 +79,11 @@ def move(write: bool, pid: int, remote: int, local: int, size: int) -> None:
         if moved <= 0:
             errno = ctypes.get_errno()
             what = "write into" if write else "read from"
-            raise OSError(errno, f"cannot {what} the memory of process {pid} at 0x{remote + done:x} "
-                                 f"({size - done} of {size} bytes left): {os.strerror(errno)}")
+            raise OSError(
+                errno,
+                f"cannot {what} the memory of process {pid} at 0x{remote + done:x} "
+                f"({size - done} of {size} bytes left): {os.strerror(errno)}",
+            )
         done += moved
 
 

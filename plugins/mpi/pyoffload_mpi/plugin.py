@@ -135,10 +135,20 @@ def init_impl() -> Sequence[PlatformDesc]:
             grouped.setdefault(d["platform"], []).append(d)
         for name, devices in grouped.items():
             first = devices[0]
-            descs = tuple(DeviceDesc(f"{d['name']} (rank {rank})", d["vendor"], _device_type(d["type"]),
-                                     RemoteDevice(rank, d)) for d in devices)
-            platforms.append(PlatformDesc(f"rank {rank}: {name}", first["vendor"], first["platform_version"], descs,
-                                          handle=rank, short_name=f"r{rank}-{first['platform_short']}"))
+            descs = tuple(
+                DeviceDesc(f"{d['name']} (rank {rank})", d["vendor"], _device_type(d["type"]), RemoteDevice(rank, d))
+                for d in devices
+            )
+            platforms.append(
+                PlatformDesc(
+                    f"rank {rank}: {name}",
+                    first["vendor"],
+                    first["platform_version"],
+                    descs,
+                    handle=rank,
+                    short_name=f"r{rank}-{first['platform_short']}",
+                )
+            )
     if not platforms:
         raise NoDevicesError("no serving rank has a device" + (": " + "; ".join(failures) if failures else ""))
     try:
@@ -223,8 +233,13 @@ WRITE_HERE_UP_TO = 2 << 20
 def _defer(link: Link, queue: RemoteQueue, write: bool, address: int, local: int, size: int) -> bool:
     """Defer a copy between rank 0's ``local`` and the server's ``address`` to the queue's next
     synchronisation, if rank 0 may make it then (see above); it counts as enqueued."""
-    if (queue.settled != queue.enqueued or queue.error is not None or queue.profiling
-            or not queue.device.host_memory or (0, queue.rank) not in link.reach):
+    if (
+        queue.settled != queue.enqueued
+        or queue.error is not None
+        or queue.profiling
+        or not queue.device.host_memory
+        or (0, queue.rank) not in link.reach
+    ):
         return False
     queue.enqueued += 1
     queue.deferred = (write, address, local, size, queue.enqueued)
@@ -303,8 +318,9 @@ def data_retrieve_impl(device: RemoteDevice, queue: RemoteQueue, dst: memoryview
 
 
 @hookimpl
-def data_exchange_impl(src_device: RemoteDevice, src: int, dst_device: RemoteDevice, dst: int, size: int,
-                       queue: RemoteQueue) -> None:
+def data_exchange_impl(
+    src_device: RemoteDevice, src: int, dst_device: RemoteDevice, dst: int, size: int, queue: RemoteQueue
+) -> None:
     link = _link()
     if queue.deferred is not None:
         _send_deferred(link, queue)
@@ -330,8 +346,12 @@ def data_exchange_impl(src_device: RemoteDevice, src: int, dst_device: RemoteDev
         mpi_tag = link.tags.take()
     # Both halves in one step: each server may block on its half until the other's is posted,
     # which is safe as long as every server sees the halves of all copies in the same order.
-    link.post_together([(other_rank, ("xfer", None, other, queue.rank, mpi_tag, there, size)),
-                        (queue.rank, ("xfer", queue.qid, mine, other_rank, mpi_tag, here, size))])
+    link.post_together(
+        [
+            (other_rank, ("xfer", None, other, queue.rank, mpi_tag, there, size)),
+            (queue.rank, ("xfer", queue.qid, mine, other_rank, mpi_tag, here, size)),
+        ]
+    )
 
 
 @hookimpl
@@ -344,8 +364,9 @@ def data_fill_impl(device: RemoteDevice, queue: RemoteQueue, ptr: int, pattern: 
 
 
 @hookimpl
-def memory_connection_impl(context_a: RemoteContext, device_a: RemoteDevice | None, context_b: RemoteContext,
-                           device_b: RemoteDevice | None) -> MemoryConnection | None:
+def memory_connection_impl(
+    context_a: RemoteContext, device_a: RemoteDevice | None, context_b: RemoteContext, device_b: RemoteDevice | None
+) -> MemoryConnection | None:
     if device_a is None or device_b is None or (context_a is context_b and device_a is device_b):
         return None  # the generic answer
     return MemoryConnection.MIGRATABLE  # servers copy to each other, and within a rank across contexts
@@ -402,13 +423,15 @@ def kernel_attributes_impl(device: RemoteDevice, kernel: RemoteKernel) -> dict[s
     return {k if k in _STANDARD_ATTRIBUTES else f"mpi.remote.{k}": v for k, v in kernel.attributes.items()}
 
 
-_STANDARD_ATTRIBUTES = frozenset({"max_work_group_size", "preferred_work_group_multiple", "local_memory_bytes",
-                                  "private_memory_bytes", "registers"})
+_STANDARD_ATTRIBUTES = frozenset(
+    {"max_work_group_size", "preferred_work_group_multiple", "local_memory_bytes", "private_memory_bytes", "registers"}
+)
 
 
 @hookimpl
-def kernel_packer_impl(device: RemoteDevice, kernel: RemoteKernel,
-                       kinds: tuple[str, ...]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
+def kernel_packer_impl(
+    device: RemoteDevice, kernel: RemoteKernel, kinds: tuple[str, ...]
+) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
     rank = kernel.rank
     pointers = [i for i, kind in enumerate(kinds) if kind == "ptr"]
 
@@ -481,8 +504,14 @@ def queue_query_impl(device: RemoteDevice, queue: RemoteQueue) -> bool:
 
 
 @hookimpl
-def launch_impl(device: RemoteDevice, queue: RemoteQueue, kernel: RemoteKernel, grid: tuple[int, int, int],
-                block: tuple[int, int, int], args: tuple[Any, ...]) -> None:
+def launch_impl(
+    device: RemoteDevice,
+    queue: RemoteQueue,
+    kernel: RemoteKernel,
+    grid: tuple[int, int, int],
+    block: tuple[int, int, int],
+    args: tuple[Any, ...],
+) -> None:
     link = _link()
     if queue.deferred is not None:
         _send_deferred(link, queue)
@@ -492,8 +521,14 @@ def launch_impl(device: RemoteDevice, queue: RemoteQueue, kernel: RemoteKernel, 
 
 
 @hookimpl
-def launch_prepare_impl(device: RemoteDevice, queue: RemoteQueue, kernel: RemoteKernel, grid: tuple[int, int, int],
-                        block: tuple[int, int, int], args: tuple[Any, ...]) -> Callable[[], None]:
+def launch_prepare_impl(
+    device: RemoteDevice,
+    queue: RemoteQueue,
+    kernel: RemoteKernel,
+    grid: tuple[int, int, int],
+    block: tuple[int, int, int],
+    args: tuple[Any, ...],
+) -> Callable[[], None]:
     link = _link()
     enqueue = link.poster(queue.rank, ("launch", queue.qid, kernel.kid, grid, block, args))
 
@@ -568,20 +603,13 @@ def conformance_images_impl(device: RemoteDevice) -> dict[str, bytes] | None:
 def known_failures_impl(device: RemoteDevice) -> dict[str, str]:
     if device.known is None:
         link = _link()
-        known = {**link.call(device.rank, "known_failures", device.index), **_KNOWN_FAILURES}
-        if not (device.host_memory and (0, device.rank) in link.reach):
-            known["test_synchronous_copy_of_4k_to_the_device"] = (
-                "a synchronous copy that rank 0 cannot make itself is a request and a reply handled in Python "
-                "on rank 0: 31 Python frames or more, over the test's budget of 15 (rank 0's own copy of a "
-                "server's host memory on its machine takes 15)")
-        device.known = known
+        device.known = {**link.call(device.rank, "known_failures", device.index), **_KNOWN_FAILURES}
     return device.known
 
 
+_OUTSIDE_THE_JOB = "the test runs a child interpreter outside the MPI job, which has no rank to serve it"
 _KNOWN_FAILURES: dict[str, str] = {
-    "test_shutdown_with_live_objects":
-        "the test runs a child interpreter outside the MPI job, which has no rank to serve it",
-    "test_interpreter_exit_with_live_objects":
-        "the test runs a child interpreter outside the MPI job, which has no rank to serve it",
+    "test_shutdown_with_live_objects": _OUTSIDE_THE_JOB,
+    "test_interpreter_exit_with_live_objects": _OUTSIDE_THE_JOB,
 }
 """Conformance tests that cannot pass on a device of another rank, with the reason."""

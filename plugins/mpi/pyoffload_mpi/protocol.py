@@ -49,7 +49,8 @@ def tag(rank: int, address: int) -> int:
         return 0
     if address >> ADDRESS_BITS or not 0 < rank <= MAX_RANK:
         raise OutOfResourcesError(
-            f"rank {rank} returned address 0x{address:x}, which does not fit in {ADDRESS_BITS} bits")
+            f"rank {rank} returned address 0x{address:x}, which does not fit in {ADDRESS_BITS} bits"
+        )
     return _MARK | rank << ADDRESS_BITS | address
 
 

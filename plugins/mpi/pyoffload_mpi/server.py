@@ -46,8 +46,21 @@ import numpy as np
 from pyoffload import OffloadError, settings
 
 from . import cma
-from .comm import (FINE_SLACK_NS, IDLE_CEILING, IDLE_SPIN, NAP, SERVE_VARIABLE, SPIN, Backoff, beat_interval, timeout, timer_slack, wait, wait_all,
-                   wait_raw)
+from .comm import (
+    FINE_SLACK_NS,
+    IDLE_CEILING,
+    IDLE_SPIN,
+    NAP,
+    SERVE_VARIABLE,
+    SPIN,
+    Backoff,
+    beat_interval,
+    timeout,
+    timer_slack,
+    wait,
+    wait_all,
+    wait_raw,
+)
 from .protocol import CHUNK, TAG_REPLY, TAG_REQUEST, ErrorRecord, chunks, error_record, picklable
 
 
@@ -245,12 +258,24 @@ class Server:
         described = []
         for index, device in enumerate(self.devices):
             info = {k: v for k, v in device.info.items() if picklable(v)}
-            described.append({"index": index, "id": device.id, "name": device.name, "vendor": device.vendor,
-                              "host_memory": bool(device.host_memory),
-                              "type": device.type.value, "backend": device.backend,
-                              "platform": device.platform.name, "platform_short": device.platform.short_name,
-                              "platform_version": device.platform.version, "info": info,
-                              "host": socket.gethostname(), "pid": os.getpid(), "compiler_id": self._compiler_id(device)})
+            described.append(
+                {
+                    "index": index,
+                    "id": device.id,
+                    "name": device.name,
+                    "vendor": device.vendor,
+                    "host_memory": bool(device.host_memory),
+                    "type": device.type.value,
+                    "backend": device.backend,
+                    "platform": device.platform.name,
+                    "platform_short": device.platform.short_name,
+                    "platform_version": device.platform.version,
+                    "info": info,
+                    "host": socket.gethostname(),
+                    "pid": os.getpid(),
+                    "compiler_id": self._compiler_id(device),
+                }
+            )
         return described
 
     @staticmethod
@@ -308,10 +333,16 @@ class Server:
         """What tests check of how requests were carried out: threads alive, events kept, events
         the main loop reported at once and events a queue's watcher reported, sides of copies
         between servers in progress."""
-        return {"threads": threading.active_count(), "events": len(self.events),
-                "answered_at_once": self.answered_at_once,
-                "watched": sum(served.reported for served in self.queues.values()), "sides": len(self._sides),
-                "read_ahead": self.read_ahead, "requests": self.requests, "peers": sorted(self.peers)}
+        return {
+            "threads": threading.active_count(),
+            "events": len(self.events),
+            "answered_at_once": self.answered_at_once,
+            "watched": sum(served.reported for served in self.queues.values()),
+            "sides": len(self._sides),
+            "read_ahead": self.read_ahead,
+            "requests": self.requests,
+            "peers": sorted(self.peers),
+        }
 
     def rpc_whoami(self) -> tuple[str, int, int, bytes]:
         """Where this process is and a probe of its memory (:class:`.cma.Probe`)."""
@@ -337,7 +368,9 @@ class Server:
 
     # -- programs ---------------------------------------------------------------------------
 
-    def rpc_load(self, pid: int, cid: int, index: int, digest: bytes, image: bytes | None) -> list[tuple[str, str, int]]:
+    def rpc_load(
+        self, pid: int, cid: int, index: int, digest: bytes, image: bytes | None
+    ) -> list[tuple[str, str, int]]:
         if image is not None:
             self.images[digest] = image
         program = self.contexts[cid].load_program(self.devices[index], self.images[digest])
@@ -405,8 +438,14 @@ class Server:
             served.touched = True
             served.queue.wait_events(*events)
 
-    def do_launch(self, served: ServedQueue, kid: int, grid: tuple[int, int, int], block: tuple[int, int, int],
-                  args: tuple[Any, ...]) -> None:
+    def do_launch(
+        self,
+        served: ServedQueue,
+        kid: int,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        args: tuple[Any, ...],
+    ) -> None:
         served.touched = True
         served.queue.launch(self.kernels[kid], grid, block, args)
 
@@ -473,8 +512,7 @@ class Server:
         served.touched = True
         staging = np.empty(size, np.uint8)
         served.queue.memcpy(staging.data, src, size)
-        served.queue.launch_host_function(
-            self._guarded(served, lambda: cma.write(pid, dst, staging.ctypes.data, size)))
+        served.queue.launch_host_function(self._guarded(served, lambda: cma.write(pid, dst, staging.ctypes.data, size)))
 
     def do_xfer_cma(self, served: ServedQueue, role: str, peer: int, there: int, ptr: int, size: int) -> None:
         """A copy between this rank and ``peer`` ordered on this rank's queue: ``role`` "read"
@@ -517,7 +555,8 @@ class Server:
             wait_all([self.comm.Isend([b"", _byte()], 0, mpi_tag) for _ in chunks(size)])
             raise
         served.queue.launch_host_function(
-            self._guarded(served, lambda: wait_all(_post(self.comm.Isend, staging, 0, mpi_tag))))
+            self._guarded(served, lambda: wait_all(_post(self.comm.Isend, staging, 0, mpi_tag)))
+        )
 
     def do_xfer(self, served: ServedQueue | None, role: str, peer: int, mpi_tag: int, ptr: int, size: int) -> None:
         """One side of a copy between two servers: ``role`` is ``send`` (this rank holds the
@@ -589,19 +628,24 @@ class Server:
                     try:
                         side.then()
                     except BaseException as exc:  # nobody waits for this side: say why it failed
-                        print(f"pyoffload_mpi: rank {self.rank}: a copy to another server failed: {exc!r}",
-                              file=sys.stderr)
+                        print(
+                            f"pyoffload_mpi: rank {self.rank}: a copy to another server failed: {exc!r}",
+                            file=sys.stderr,
+                        )
             elif now > side.deadline:
                 for request in side.requests:
                     try:
                         request.Cancel()
                     except Exception:
                         pass
-                print(f"pyoffload_mpi: rank {self.rank}: a copy with another server gave up: the peer did "
-                      f"nothing for {self.limit:g} s", file=sys.stderr)
+                print(
+                    f"pyoffload_mpi: rank {self.rank}: a copy with another server gave up: the peer did "
+                    f"nothing for {self.limit:g} s",
+                    file=sys.stderr,
+                )
             else:
                 self._sides.append(side)
-        self._sides[len(self._sides):] = rest  # (then() may have appended an acknowledgement)
+        self._sides[len(self._sides) :] = rest  # (then() may have appended an acknowledgement)
         return finished
 
     def _push(self, view: memoryview, peer: int, mpi_tag: int, ack: bool, check: Any = None) -> None:
@@ -679,7 +723,7 @@ def _post(start: Any, view: memoryview, peer: int, mpi_tag: int) -> list[Any]:
     byte = _byte()
     if len(view) <= CHUNK:
         return [start([view, byte], peer, mpi_tag)]
-    return [start([view[offset:offset + length], byte], peer, mpi_tag) for offset, length in chunks(len(view), CHUNK)]
+    return [start([view[offset : offset + length], byte], peer, mpi_tag) for offset, length in chunks(len(view), CHUNK)]
 
 
 def _receive_all(comm: Any, view: memoryview, peer: int, mpi_tag: int, check: Any = None) -> None:

@@ -16,11 +16,26 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.skipif(shutil.which("mpirun") is None,
-                                reason="mpirun is not installed (apt-get install openmpi-bin)")
+pytestmark = pytest.mark.skipif(
+    shutil.which("mpirun") is None, reason="mpirun is not installed (apt-get install openmpi-bin)"
+)
 
-MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "mtl", "^ofi,psm,psm2",
-          "--mca", "btl", "tcp,self,vader", "--mca", "btl_tcp_if_include", "lo", "-n", "3"]
+MPIRUN = [
+    "mpirun",
+    "--allow-run-as-root",
+    "--oversubscribe",
+    "--mca",
+    "mtl",
+    "^ofi,psm,psm2",
+    "--mca",
+    "btl",
+    "tcp,self,vader",
+    "--mca",
+    "btl_tcp_if_include",
+    "lo",
+    "-n",
+    "3",
+]
 
 
 PRELUDE = """
@@ -33,18 +48,34 @@ assert sorted(by_rank) == [1, 2], by_rank
 """
 
 
-def _job(tmp_path: Path, body: str, timeout_s: str = "20", limit: float = 120, **env_: str) -> subprocess.CompletedProcess[str]:
+def _job(
+    tmp_path: Path, body: str, timeout_s: str = "20", limit: float = 120, **env_: str
+) -> subprocess.CompletedProcess[str]:
     """Run ``PRELUDE`` + ``body`` as the application of a 3-rank job (``env_``: more variables)."""
     script = tmp_path / "app.py"
     script.write_text(PRELUDE + textwrap.dedent(body))
-    env = {**os.environ, "PYOFFLOAD_PLUGINS": "mpi", "PYOFFLOAD_MPI_SERVE": "", "PYOFFLOAD_MPI_TIMEOUT": timeout_s, **env_}
-    return subprocess.run([*MPIRUN, sys.executable, "-m", "pyoffload_mpi", str(script)], env=env,
-                          capture_output=True, text=True, timeout=limit, cwd=tmp_path)
+    env = {
+        **os.environ,
+        "PYOFFLOAD_PLUGINS": "mpi",
+        "PYOFFLOAD_MPI_SERVE": "",
+        "PYOFFLOAD_MPI_TIMEOUT": timeout_s,
+        **env_,
+    }
+    return subprocess.run(
+        [*MPIRUN, sys.executable, "-m", "pyoffload_mpi", str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=limit,
+        cwd=tmp_path,
+    )
 
 
 @pytest.mark.parametrize("cma", ["1", "0"], ids=["cross-memory", "messages"])
 def test_a_copy_between_two_servers_goes_directly_and_delivers_the_bytes(tmp_path: Path, cma: str) -> None:
-    done = _job(tmp_path, """
+    done = _job(
+        tmp_path,
+        """
     assert bool(link.reach) == (os.environ["PYOFFLOAD_MPI_CMA"] == "1"), link.reach
     n = (9 << 20) + 12345  # several chunks, and a ragged last one
     a = by_rank[1].alloc(n)
@@ -72,7 +103,9 @@ def test_a_copy_between_two_servers_goes_directly_and_delivers_the_bytes(tmp_pat
     assert (back[:4096] == data[:4096]).all()
     assert link.bytes_received == n + 4096
     print("DIRECT-OK")
-    """, PYOFFLOAD_MPI_CMA=cma)
+    """,
+        PYOFFLOAD_MPI_CMA=cma,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "DIRECT-OK" in done.stdout
 
@@ -82,7 +115,9 @@ def test_copies_of_host_memory_stay_in_the_servers_main_loops(tmp_path: Path, cm
     """Copies to, from and between servers' host memory, synchronous or queued, are carried out
     and reported by each server's main loop (where rank 0 does not make them itself): no thread
     per copy, no event kept, no watcher."""
-    done = _job(tmp_path, """
+    done = _job(
+        tmp_path,
+        """
     MiB = 1 << 20
     a, b = by_rank[1].alloc(MiB), by_rank[2].alloc(MiB)
     q1, q2 = by_rank[1].create_queue(), by_rank[2].create_queue()
@@ -118,7 +153,9 @@ def test_copies_of_host_memory_stay_in_the_servers_main_loops(tmp_path: Path, cm
     assert after[1]["answered_at_once"] - before[1]["answered_at_once"] >= 10 * ones, (before[1], after[1])
     assert after[2]["answered_at_once"] - before[2]["answered_at_once"] >= 10 * 3, (before[2], after[2])
     print("MAIN-LOOP-OK")
-    """, PYOFFLOAD_MPI_CMA=cma)
+    """,
+        PYOFFLOAD_MPI_CMA=cma,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "MAIN-LOOP-OK" in done.stdout
 
@@ -128,7 +165,9 @@ def test_on_one_machine_a_copy_is_one_request_to_the_rank_that_orders_it(tmp_pat
     to or from a server's host memory itself, with no request at all; a queued one is one request
     to the server; a copy between two servers is one request to the rank whose queue orders it,
     and the other rank hears nothing.  No byte travels in an MPI message."""
-    done = _job(tmp_path, """
+    done = _job(
+        tmp_path,
+        """
     assert {(0, 1), (0, 2), (1, 0), (2, 0), (1, 2), (2, 1)} <= link.reach, link.reach
     MiB, n = 1 << 20, 10
     a, b = by_rank[1].alloc(MiB), by_rank[2].alloc(MiB)
@@ -195,7 +234,8 @@ def test_on_one_machine_a_copy_is_one_request_to_the_rank_that_orders_it(tmp_pat
     pyoffload.memcpy(back, a)
     assert (back == 7).all(), "the deferred copy ran after the fill enqueued behind it"
     print("ONE-REQUEST-OK", flush=True)
-    """)
+    """,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "ONE-REQUEST-OK" in done.stdout
 
@@ -206,7 +246,9 @@ def test_threads_copying_through_one_internal_queue_keep_every_copy_whole(tmp_pa
     before it, and a synchronisation that finds a copy being made waits for it.  Sizes on both
     sides of the split (over 2 MiB: rank 0 writes half, the server reads half), with queued
     copies and fills on a queue of the same device in between."""
-    done = _job(tmp_path, """
+    done = _job(
+        tmp_path,
+        """
     import threading
     dev = by_rank[1]
     q = dev.create_queue()
@@ -240,7 +282,9 @@ def test_threads_copying_through_one_internal_queue_keep_every_copy_whole(tmp_pa
     assert not any(t.is_alive() for t in threads), "a thread hangs"
     assert not failures, failures
     print("THREADS-OK", flush=True)
-    """, limit=150)
+    """,
+        limit=150,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "THREADS-OK" in done.stdout
 
@@ -252,7 +296,9 @@ def test_copies_with_device_memory_are_staged_in_queue_order(tmp_path: Path, cma
     memory and another server's host memory too."""
     if subprocess.run([sys.executable, "-c", "import pyoffload_opencl"], capture_output=True).returncode:
         pytest.skip("the OpenCL backend is not installed")
-    done = _job(tmp_path, """
+    done = _job(
+        tmp_path,
+        """
     MiB = 1 << 20
     devices = [d for d in pyoffload.devices() if d.backend == "mpi"]
     pocl = next(d for d in devices if d.info["mpi.rank"] == 1 and d.info["mpi.remote_backend"] == "opencl")
@@ -268,7 +314,7 @@ def test_copies_with_device_memory_are_staged_in_queue_order(tmp_path: Path, cma
         assert (back == data).all(), i
         pyoffload.memfill(b, np.uint8(0), queue=q2)
         q2.wait()
-        pyoffload.memcpy(b, a, queue=q)                             # device memory -> host memory, on the device's queue
+        pyoffload.memcpy(b, a, queue=q)                            # device memory -> host memory, on the device's queue
         pyoffload.memfill(a, np.uint8(1), queue=q)                  # ordered after the copy has read it
         q.wait()
         pyoffload.memcpy(back, b)
@@ -277,7 +323,11 @@ def test_copies_with_device_memory_are_staged_in_queue_order(tmp_path: Path, cma
         pyoffload.memcpy(back, a)
         assert (back == data).all(), i
     print("STAGED-OK", flush=True)
-    """, PYOFFLOAD_MPI_SERVE="opencl", POCL_DEVICES="pthread", PYOFFLOAD_MPI_CMA=cma)
+    """,
+        PYOFFLOAD_MPI_SERVE="opencl",
+        POCL_DEVICES="pthread",
+        PYOFFLOAD_MPI_CMA=cma,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "STAGED-OK" in done.stdout
 
@@ -286,7 +336,9 @@ def test_a_retrieve_the_server_cannot_carry_out_fails_its_queue_and_leaves_no_re
     """Rank 0 posts the receives of a retrieve before its request; when the server cannot send
     the bytes (no memory at that address), its failure reaches the queue's next wait, the
     receives stop counting as bytes in flight, and the server's empty messages complete them."""
-    done = _job(tmp_path, """
+    done = _job(
+        tmp_path,
+        """
     from pyoffload_mpi.protocol import CHUNK
     q = by_rank[1].create_queue()
     rq = q.handle
@@ -312,7 +364,8 @@ def test_a_retrieve_the_server_cannot_carry_out_fails_its_queue_and_leaves_no_re
     q.wait()
     assert (back[:4096] == 7).all()
     print("STRAY-OK", flush=True)
-    """)
+    """,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "FAILED NOT_FOUND True" in done.stdout, done.stdout + done.stderr
     assert "STRAY-OK" in done.stdout
@@ -324,7 +377,9 @@ def test_a_retrieve_the_server_cannot_carry_out_fails_its_queue_and_leaves_no_re
 
 
 def test_a_server_that_stops_answering_is_a_clear_error_within_the_timeout(tmp_path: Path) -> None:
-    done = _job(tmp_path, """
+    done = _job(
+        tmp_path,
+        """
     dev = by_rank[2]
     buf = dev.alloc(1 << 20)
     pyoffload.memcpy(buf, np.ones(1 << 20, np.uint8))        # the rank works before it stops
@@ -341,10 +396,16 @@ def test_a_server_that_stops_answering_is_a_clear_error_within_the_timeout(tmp_p
         dev.create_queue()                                    # later requests fail at once
     except pyoffload.OffloadError as exc:
         print("LATER", exc.errc.name, flush=True)
-    """, timeout_s="2", limit=90)
+    """,
+        timeout_s="2",
+        limit=90,
+    )
     # The job ends (rank 0 aborts it rather than wait for the stopped rank in MPI_Finalize).
-    lines = {line.split(" ", 1)[0]: line for line in done.stdout.splitlines() if line.split(" ", 1)[0] in
-             ("ERROR-AFTER", "NO-ERROR", "LATER")}
+    lines = {
+        line.split(" ", 1)[0]: line
+        for line in done.stdout.splitlines()
+        if line.split(" ", 1)[0] in ("ERROR-AFTER", "NO-ERROR", "LATER")
+    }
     assert "ERROR-AFTER" in lines, done.stdout + done.stderr
     _, seconds, rest = lines["ERROR-AFTER"].split(" ", 2)
     assert 1.5 <= float(seconds) <= 10, lines["ERROR-AFTER"]
@@ -353,7 +414,7 @@ def test_a_server_that_stops_answering_is_a_clear_error_within_the_timeout(tmp_p
     assert done.returncode != 0, "the job cannot end cleanly with a stopped rank"
 
 
-DTOR_SOURCE = r'''
+DTOR_SOURCE = r"""
 #include <stdio.h>
 #include <unistd.h>
 char dtor_path[256];
@@ -364,11 +425,13 @@ __attribute__((destructor)) static void fini(void) {
     }
 }
 void noop(void) {}
-'''
+"""
 
 
 def test_the_end_of_the_application_runs_destructors_on_the_servers(tmp_path: Path) -> None:
-    done = _job(tmp_path, f"""
+    done = _job(
+        tmp_path,
+        f"""
     source = {DTOR_SOURCE!r}
     keep = []
     for rank, dev in by_rank.items():
@@ -381,11 +444,12 @@ def test_the_end_of_the_application_runs_destructors_on_the_servers(tmp_path: Pa
         q.launch(program.kernel("noop"), 1, 1, [])
         keep += [program, q, dev.alloc(4096)]                   # all still live when the script ends
     print("PIDS", by_rank[1].info["mpi.pid"], by_rank[2].info["mpi.pid"], flush=True)
-    """)
+    """,
+    )
     assert done.returncode == 0, done.stdout + done.stderr  # every rank exited 0
     assert "Traceback" not in done.stderr, done.stderr
     pids = next(line.split()[1:] for line in done.stdout.splitlines() if line.startswith("PIDS"))
-    for rank, pid in zip((1, 2), pids):
+    for rank, pid in zip((1, 2), pids, strict=True):
         out = tmp_path / f"dtor-{rank}.txt"
         assert out.exists(), f"rank {rank}'s destructor did not run"
         assert out.read_text() == f"destructor ran in {pid}\n"

@@ -109,9 +109,26 @@ def test_a_two_rank_job_copies_and_launches_on_the_remote_device(tmp_path: Path)
     app = tmp_path / "app.py"
     app.write_text(APP)
     env = dict(os.environ, PYOFFLOAD_PLUGINS="mpi", PYOFFLOAD_MPI_SERVE="", PYOFFLOAD_MPI_TIMEOUT="20")
-    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "mtl", "^ofi,psm,psm2",
-           "--mca", "btl", "tcp,self,vader", "--mca", "btl_tcp_if_include", "lo", "-n", "2",
-           sys.executable, "-m", "pyoffload_mpi", str(app)]
+    cmd = [
+        "mpirun",
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "--mca",
+        "mtl",
+        "^ofi,psm,psm2",
+        "--mca",
+        "btl",
+        "tcp,self,vader",
+        "--mca",
+        "btl_tcp_if_include",
+        "lo",
+        "-n",
+        "2",
+        sys.executable,
+        "-m",
+        "pyoffload_mpi",
+        str(app),
+    ]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "remote ok mpi-r1-host-cpu-0" in done.stdout

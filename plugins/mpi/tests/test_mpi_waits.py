@@ -200,7 +200,7 @@ def test_an_event_on_a_queue_without_work_is_reported_at_once_by_the_main_loop(s
     me = threading.current_thread().name
     srv.do_record(sq, 7, False)  # a synchronisation
     assert link.replies == [(("event", 7, None, False), me)]  # before do_record returned, from this thread
-    srv.do_record(sq, 8, True)   # an event the application keeps: complete already, nothing to keep
+    srv.do_record(sq, 8, True)  # an event the application keeps: complete already, nothing to keep
     assert link.replies[-1] == (("event", 8, None, False), me)
     assert queue.recorded == [] and srv.events == {} and sq.recorded == 0
     srv.do_wait_events(sq, [8])  # waiting for it is no wait at all
@@ -311,7 +311,8 @@ def test_rank_0_gives_its_core_away_from_the_first_turn_of_a_wait(monkeypatch: p
 
 
 def test_only_a_serving_rank_has_open_mpi_poll_without_yielding_and_an_explicit_setting_wins(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import os
 
     from pyoffload_mpi import __main__ as launcher

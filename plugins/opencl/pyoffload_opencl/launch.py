@@ -31,8 +31,11 @@ _BUF, _SVM, _ARG = range(3)  # indices into OclKernel.setters
 
 
 def setters(cl_kernel: Any) -> tuple[Any, Any, Any]:
-    return (getattr(cl_kernel, "_set_arg_buf", None) or cl_kernel.set_arg,
-            getattr(cl_kernel, "_set_arg_svm", None) or cl_kernel.set_arg, cl_kernel.set_arg)
+    return (
+        getattr(cl_kernel, "_set_arg_buf", None) or cl_kernel.set_arg,
+        getattr(cl_kernel, "_set_arg_svm", None) or cl_kernel.set_arg,
+        cl_kernel.set_arg,
+    )
 
 
 def make_kernel(program: OclProgram, name: str) -> OclKernel:
@@ -45,8 +48,7 @@ def make_kernel(program: OclProgram, name: str) -> OclKernel:
     index = len(names) - 1 if names and names[-1] == STATE_PARAM else None
     if index is not None and kinds is not None:
         kinds = kinds[:-1]
-    kernel = OclKernel(program, name, cl_kernel, tuple(kinds) if kinds is not None else None,
-                       setters(cl_kernel), index)
+    kernel = OclKernel(program, name, cl_kernel, tuple(kinds) if kinds is not None else None, setters(cl_kernel), index)
     bind_state(kernel, cl_kernel)
     return kernel
 
@@ -110,8 +112,13 @@ def packer(kinds: tuple[str, ...]) -> Callable[[tuple[Any, ...]], list[tuple[int
     return pack
 
 
-def prepare(queue: OclQueue, kernel: OclKernel, grid: tuple[int, int, int], block: tuple[int, int, int],
-            args: list[tuple[int, Any]]) -> Callable[[], None]:
+def prepare(
+    queue: OclQueue,
+    kernel: OclKernel,
+    grid: tuple[int, int, int],
+    block: tuple[int, int, int],
+    args: list[tuple[int, Any]],
+) -> Callable[[], None]:
     """A private ``cl.Kernel`` with everything bound; the closure only enqueues."""
     import pyopencl as cl
 

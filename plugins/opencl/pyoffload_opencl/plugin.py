@@ -9,7 +9,6 @@ OpenCL.  Every enqueue records the command's event as the queue's ``last``, whic
 
 from __future__ import annotations
 
-import ctypes
 import operator
 import re
 import threading
@@ -63,8 +62,13 @@ def _make_device(cl_device: Any) -> OclDevice:
         except (cl.Error, AttributeError):
             return default
 
-    return OclDevice(cl_device, int(info("SVM_CAPABILITIES", 0)), int(cl_device.address_bits),
-                     int(info("MAX_GLOBAL_VARIABLE_SIZE", 0)) > 0, str(info("IL_VERSION", "") or ""))
+    return OclDevice(
+        cl_device,
+        int(info("SVM_CAPABILITIES", 0)),
+        int(cl_device.address_bits),
+        int(info("MAX_GLOBAL_VARIABLE_SIZE", 0)) > 0,
+        str(info("IL_VERSION", "") or ""),
+    )
 
 
 def _short_name(platform: Any) -> str:
@@ -90,11 +94,15 @@ def init_impl() -> Sequence[PlatformDesc]:
             cl_devices = platform.get_devices()
         except cl.Error:
             continue  # a platform whose driver finds nothing: skip it, keep the others
-        descs = tuple(DeviceDesc(str(d.name), str(d.vendor).strip(), _device_type(d.type), _make_device(d))
-                      for d in cl_devices)
+        descs = tuple(
+            DeviceDesc(str(d.name), str(d.vendor).strip(), _device_type(d.type), _make_device(d)) for d in cl_devices
+        )
         if descs:
-            result.append(PlatformDesc(platform.name, platform.vendor, platform.version, descs, platform,
-                                       short_name=_short_name(platform)))
+            result.append(
+                PlatformDesc(
+                    platform.name, platform.vendor, platform.version, descs, platform, short_name=_short_name(platform)
+                )
+            )
     if not result:
         raise NoDevicesError(f"{len(platforms)} OpenCL platform(s), none with a device")
     return result
@@ -139,8 +147,13 @@ def context_create_impl(devices: Sequence[OclDevice]) -> OclContext:
         return OclContext(cl.Context([d.cl_device for d in devices]), tuple(devices))
 
 
-_NATIVE = {"device": "cl_device", "context": "cl_context", "program": "cl_program", "kernel": "cl_kernel",
-           "event": "cl_event"}
+_NATIVE = {
+    "device": "cl_device",
+    "context": "cl_context",
+    "program": "cl_program",
+    "kernel": "cl_kernel",
+    "event": "cl_event",
+}
 
 
 @hookimpl
@@ -191,8 +204,11 @@ def data_submit_impl(device: OclDevice, queue: OclQueue, dst: int, src: memoryvi
 
     ref = queue.context.svm_tags.get((dst, size)) or svm.tag(queue.context.svm_tags, dst, size)
     try:
-        host = cl.SVM(src) if not src.readonly else svm.svm_ref(
-            np.frombuffer(src, np.uint8, size).__array_interface__["data"][0], size)
+        host = (
+            cl.SVM(src)
+            if not src.readonly
+            else svm.svm_ref(np.frombuffer(src, np.uint8, size).__array_interface__["data"][0], size)
+        )
         queue.last = cl._cl._enqueue_svm_memcpy(queue.cl_queue, 0, ref, host, None, size)
     except cl.Error as exc:
         raise translate(exc, f"copying {size} bytes to {dst:#x}") from exc
@@ -210,8 +226,9 @@ def data_retrieve_impl(device: OclDevice, queue: OclQueue, dst: memoryview, src:
 
 
 @hookimpl
-def data_exchange_impl(src_device: OclDevice, src: int, dst_device: OclDevice, dst: int, size: int,
-                       queue: OclQueue) -> None:
+def data_exchange_impl(
+    src_device: OclDevice, src: int, dst_device: OclDevice, dst: int, size: int, queue: OclQueue
+) -> None:
     import pyopencl as cl
 
     if src < dst + size and dst < src + size:
@@ -252,13 +269,16 @@ def data_lock_impl(device: OclDevice, ptr: int, size: int) -> int:
     # OpenCL has no call that pins a host range and hands back a device pointer.
     if device.svm_caps & SVM_FINE_GRAIN_SYSTEM:
         return ptr
-    raise UnsupportedError(f"OpenCL device {device.name!r} cannot use host memory it did not allocate "
-                           "(no fine-grain system SVM); allocate HOST memory instead")
+    raise UnsupportedError(
+        f"OpenCL device {device.name!r} cannot use host memory it did not allocate "
+        "(no fine-grain system SVM); allocate HOST memory instead"
+    )
 
 
 @hookimpl
-def memory_connection_impl(context_a: OclContext, device_a: OclDevice | None, context_b: OclContext,
-                           device_b: OclDevice | None) -> MemoryConnection:
+def memory_connection_impl(
+    context_a: OclContext, device_a: OclDevice | None, context_b: OclContext, device_b: OclDevice | None
+) -> MemoryConnection:
     # An SVM pointer is valid on every device of its context and nowhere else.
     return MemoryConnection.UNIFIED if context_a is context_b else MemoryConnection.NONE
 
@@ -288,8 +308,9 @@ def unload_binary_impl(device: OclDevice, program: OclProgram) -> None:
 
 
 def _ordered(names: Sequence[str], pattern: re.Pattern[str], reverse: bool) -> tuple[str, ...]:
-    found = sorted(((int(m.group(1) or DEFAULT_PRIORITY), n) for n in names if (m := pattern.fullmatch(n))),
-                   reverse=reverse)
+    found = sorted(
+        ((int(m.group(1) or DEFAULT_PRIORITY), n) for n in names if (m := pattern.fullmatch(n))), reverse=reverse
+    )
     return tuple(name for _, name in found)
 
 
@@ -297,8 +318,10 @@ def _ordered(names: Sequence[str], pattern: re.Pattern[str], reverse: bool) -> t
 def global_init_fini_impl(device: OclDevice, program: OclProgram) -> InitFini:
     # Constructors: lowest priority first; destructors: highest first (the reverse), after
     # LLVM's llvm.global_ctors / llvm.global_dtors.  Equal priorities go by name.
-    return InitFini(init=_ordered(program.kernel_names, _INIT_RE, reverse=False),
-                    fini=_ordered(program.kernel_names, _FINI_RE, reverse=True))
+    return InitFini(
+        init=_ordered(program.kernel_names, _INIT_RE, reverse=False),
+        fini=_ordered(program.kernel_names, _FINI_RE, reverse=True),
+    )
 
 
 @hookimpl
@@ -350,13 +373,21 @@ def kernel_attributes_impl(device: OclDevice, kernel: OclKernel) -> dict[str, An
 
 
 @hookimpl
-def kernel_packer_impl(device: OclDevice, kernel: OclKernel, kinds: tuple[str, ...]) -> Callable[[tuple[Any, ...]], Any]:
+def kernel_packer_impl(
+    device: OclDevice, kernel: OclKernel, kinds: tuple[str, ...]
+) -> Callable[[tuple[Any, ...]], Any]:
     return launch.packer(kinds)
 
 
 @hookimpl
-def launch_impl(device: OclDevice, queue: OclQueue, kernel: OclKernel, grid: tuple[int, int, int],
-                block: tuple[int, int, int], args: list[tuple[int, Any]]) -> None:
+def launch_impl(
+    device: OclDevice,
+    queue: OclQueue,
+    kernel: OclKernel,
+    grid: tuple[int, int, int],
+    block: tuple[int, int, int],
+    args: list[tuple[int, Any]],
+) -> None:
     import pyopencl as cl
 
     gws = (grid[0] * block[0], grid[1] * block[1], grid[2] * block[2])
@@ -371,8 +402,14 @@ def launch_impl(device: OclDevice, queue: OclQueue, kernel: OclKernel, grid: tup
 
 
 @hookimpl
-def launch_prepare_impl(device: OclDevice, queue: OclQueue, kernel: OclKernel, grid: tuple[int, int, int],
-                        block: tuple[int, int, int], args: list[tuple[int, Any]]) -> Callable[[], None]:
+def launch_prepare_impl(
+    device: OclDevice,
+    queue: OclQueue,
+    kernel: OclKernel,
+    grid: tuple[int, int, int],
+    block: tuple[int, int, int],
+    args: list[tuple[int, Any]],
+) -> Callable[[], None]:
     with driver_call(f"preparing {kernel.name!r}"):
         return launch.prepare(queue, kernel, grid, block, args)
 

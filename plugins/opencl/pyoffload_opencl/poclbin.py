@@ -52,7 +52,6 @@ class _Reader:
         self.take(n, what)
 
 
-
 def check(data: bytes) -> None:
     """Raise ``InvalidBinaryError`` unless ``data`` is a well-formed version-9 PoCL binary."""
     if len(data) < _HEADER_SIZE:

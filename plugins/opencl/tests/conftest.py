@@ -65,9 +65,21 @@ def clang(tmp_path_factory: pytest.TempPathFactory):
         out = workdir / f"k-{triple}.bc"
         src.write_text(source)
         subprocess.run(
-            [exe, "-cc1", "-emit-llvm-bc", "-triple", triple, "-cl-std=CL1.2",
-             "-finclude-default-header", "-cl-kernel-arg-info", str(src), "-o", str(out)],
-            check=True, capture_output=True,
+            [
+                exe,
+                "-cc1",
+                "-emit-llvm-bc",
+                "-triple",
+                triple,
+                "-cl-std=CL1.2",
+                "-finclude-default-header",
+                "-cl-kernel-arg-info",
+                str(src),
+                "-o",
+                str(out),
+            ],
+            check=True,
+            capture_output=True,
         )
         return Path(out).read_bytes()
 

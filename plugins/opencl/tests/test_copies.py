@@ -8,19 +8,22 @@ import pytest
 import pyoffload
 
 
-@pytest.mark.parametrize("src", [
-    bytes(range(256)) * 4,  # read-only
-    memoryview(bytearray(range(256)) * 5)[100:1124],  # writable, at an offset into a larger buffer
-    np.arange(256, dtype=np.int32),  # multi-byte items
-])
+@pytest.mark.parametrize(
+    "src",
+    [
+        bytes(range(256)) * 4,  # read-only
+        memoryview(bytearray(range(256)) * 5)[100:1124],  # writable, at an offset into a larger buffer
+        np.arange(256, dtype=np.int32),  # multi-byte items
+    ],
+)
 def test_host_buffers_of_every_kind_round_trip(dev, src) -> None:
     data = bytes(memoryview(src).cast("B"))
     a, b = dev.alloc(len(data)), dev.alloc(len(data))
     pyoffload.memcpy(a, src)
     pyoffload.memcpy(b, a)
     out = bytearray(len(data) + 16)
-    pyoffload.memcpy(memoryview(out)[8:8 + len(data)], b)
-    assert bytes(out[8:8 + len(data)]) == data
+    pyoffload.memcpy(memoryview(out)[8 : 8 + len(data)], b)
+    assert bytes(out[8 : 8 + len(data)]) == data
     assert bytes(out[:8]) == bytes(8) and bytes(out[-8:]) == bytes(8)
     a.free()
     b.free()

@@ -15,8 +15,10 @@ from pyoffload import Errc
 from pyoffload_opencl.images import detect_format
 from pyoffload_opencl.plugin import compile_impl
 
-IOTA = "kernel void iota_i32(global int *out, int n, int base) {\n" \
-       "    int i = get_global_id(0); if (i < n) out[i] = base + i; }\n"
+IOTA = (
+    "kernel void iota_i32(global int *out, int n, int base) {\n"
+    "    int i = get_global_id(0); if (i < n) out[i] = base + i; }\n"
+)
 
 
 @pytest.mark.parametrize(

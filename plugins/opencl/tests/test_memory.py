@@ -74,8 +74,15 @@ def test_memory_kinds_follow_the_svm_capabilities(caps, kinds) -> None:
 def test_device_reports_its_kinds_and_standard_info(dev) -> None:
     info = dev.info
     assert info["memory_kinds"] == svm.memory_kinds(info["opencl.svm_capabilities"])
-    for key in ("global_memory_bytes", "compute_units", "max_work_group_size", "max_alloc_bytes",
-                "local_memory_bytes", "address_bits", "clock_mhz"):
+    for key in (
+        "global_memory_bytes",
+        "compute_units",
+        "max_work_group_size",
+        "max_alloc_bytes",
+        "local_memory_bytes",
+        "address_bits",
+        "clock_mhz",
+    ):
         assert isinstance(info[key], int) and info[key] > 0, key
     assert len(info["max_work_item_sizes"]) == 3 and info["driver_version"]
     extras = {k for k in info if k.startswith("opencl.")}

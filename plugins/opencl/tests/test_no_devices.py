@@ -13,8 +13,9 @@ from pyoffload.backend import NoDevicesError
 
 
 def _run(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_no_icd_means_no_devices_and_host_still_works(tmp_path) -> None:

@@ -24,8 +24,10 @@ import pyoffload
 from pyoffload import Errc, InvalidBinaryError
 from pyoffload_opencl import poclbin
 
-SOURCE = "__kernel void k(__global int *o, int n, __local float *s) { o[0] = n; }\n" \
-         "__kernel void j(__global float *o) { o[0] = 1; }\n"
+SOURCE = (
+    "__kernel void k(__global int *o, int n, __local float *s) { o[0] = n; }\n"
+    "__kernel void j(__global float *o) { o[0] = 1; }\n"
+)
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +69,8 @@ def mutant(data: bytes, fields: list[tuple[int, int]], seed: int) -> bytes:
     b = bytearray(data)
     for _ in range(rng.randrange(1, 4)):
         off, width = rng.choice(fields)
-        value = rng.choice([0, 1, 2**31, 2**32 - 1, 2**64 - 1, rng.randrange(2**(8 * width))]) % 2**(8 * width)
-        b[off:off + width] = value.to_bytes(width, "little")
+        value = rng.choice([0, 1, 2**31, 2**32 - 1, 2**64 - 1, rng.randrange(2 ** (8 * width))]) % 2 ** (8 * width)
+        b[off : off + width] = value.to_bytes(width, "little")
     return bytes(b)
 
 
@@ -138,4 +140,3 @@ def test_pyoffload_is_still_usable_after_refusals(dev, binary):
     with dev.load_program(binary) as prog:
         assert {s.name for s in prog.symbols()} >= {"k", "j"}
     assert isinstance(pyoffload.devices(), list)
-

@@ -97,7 +97,7 @@ def test_state_block_globals_are_shared_by_every_kernel(dev, queue) -> None:
         ("kernel void k(global int *o) { static int calls; o[0] = calls++; }", ["calls"]),
         ("constant int c[2] = {1, 2}; __constant float f = 1.0f;", []),
         ("typedef struct { int a; } T; int helper(int x); kernel void k(global T *t) { t->a = 1; }", []),
-        ("#define N 4\n// global int commented;\n/* global int x; */ constant char s[] = \"global int y;\";", []),
+        ('#define N 4\n// global int commented;\n/* global int x; */ constant char s[] = "global int y;";', []),
         ("kernel __attribute__((reqd_work_group_size(1, 1, 1))) void k(global int *o) { o[0] = 1; }", []),
         ("global int aligned __attribute__((aligned(16)));", ["aligned"]),
     ],
@@ -162,8 +162,16 @@ def test_constructors_and_destructors_run_in_priority_order(dev, queue) -> None:
 
 
 def test_priority_rule() -> None:
-    names = ["pyoffload_fini_7", "k", "pyoffload_init_0010", "pyoffload_init_9", "pyoffload_init",
-             "pyoffload_init_x", "pyoffload_fini", "my_pyoffload_init_1"]
+    names = [
+        "pyoffload_fini_7",
+        "k",
+        "pyoffload_init_0010",
+        "pyoffload_init_9",
+        "pyoffload_init",
+        "pyoffload_init_x",
+        "pyoffload_fini",
+        "my_pyoffload_init_1",
+    ]
     assert _ordered(names, _INIT_RE, reverse=False) == ("pyoffload_init_9", "pyoffload_init_0010", "pyoffload_init")
     assert _ordered(names, _FINI_RE, reverse=True) == ("pyoffload_fini", "pyoffload_fini_7")
     assert DEFAULT_PRIORITY == 65535
@@ -171,12 +179,25 @@ def test_priority_rule() -> None:
 
 def test_signatures_from_kernel_arg_info(dev, kernels) -> None:
     assert kernels.kernel("scalars").signature == (
-        "ptr", "i8", "i16", "i32", "i64", "f32", "f64", "u8", "u16", "u32", "u64")
+        "ptr",
+        "i8",
+        "i16",
+        "i32",
+        "i64",
+        "f32",
+        "f64",
+        "u8",
+        "u16",
+        "u32",
+        "u64",
+    )
     assert kernels.kernel("local_reverse").signature == ("ptr", "ptr", "local", "i32", "i32")
     assert kernels.kernel("bump").signature == ("ptr",)  # hidden state parameter left out
     assert kernels.kernel("noop").signature == ()
-    src = b"kernel void vec(global float4 *p, float4 v) { p[0] = v; }\n" \
-          b"kernel void mixed(global int *p, ulong n, constant int *c, double d) { p[0] = n + c[0]; }\n"
+    src = (
+        b"kernel void vec(global float4 *p, float4 v) { p[0] = v; }\n"
+        b"kernel void mixed(global int *p, ulong n, constant int *c, double d) { p[0] = n + c[0]; }\n"
+    )
     with dev.load_program(src) as prog:
         assert prog.kernel("vec").signature is None  # a vector parameter has no pyoffload kind
         assert prog.kernel("mixed").signature == ("ptr", "u64", "ptr", "f64")

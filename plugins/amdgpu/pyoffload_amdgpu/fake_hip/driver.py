@@ -131,8 +131,13 @@ class FakeHip:
 
     instances: list[FakeHip] = []  # every fake made in this process, for end-of-run checks
 
-    def __init__(self, device_count: int = 2, memory_per_device: int = 4 << 30,
-                 peer_capable: bool = True, separate_register_alias: bool = False) -> None:
+    def __init__(
+        self,
+        device_count: int = 2,
+        memory_per_device: int = 4 << 30,
+        peer_capable: bool = True,
+        separate_register_alias: bool = False,
+    ) -> None:
         for name, value in CONSTANTS.items():
             setattr(self, name, value)
         self.device_count = device_count
@@ -276,11 +281,19 @@ class FakeHip:
         if not 0 <= int(deviceId) < self.device_count:
             return (E.hipErrorInvalidDevice, None)
         props = hipDeviceProp_t(
-            name="AMD Instinct MI210 (pyoffload fake)", gcnArchName=FAKE_ARCH,
-            totalGlobalMem=self.memory_per_device, multiProcessorCount=104,
-            maxThreadsPerBlock=1024, maxThreadsDim=[1024, 1024, 1024], maxGridSize=[2147483647, 65536, 65536],
-            sharedMemPerBlock=_MAX_LDS, warpSize=64, clockRate=1700000,
-            managedMemory=1, pciBusID=0x10 + int(deviceId), memoryPoolsSupported=1,
+            name="AMD Instinct MI210 (pyoffload fake)",
+            gcnArchName=FAKE_ARCH,
+            totalGlobalMem=self.memory_per_device,
+            multiProcessorCount=104,
+            maxThreadsPerBlock=1024,
+            maxThreadsDim=[1024, 1024, 1024],
+            maxGridSize=[2147483647, 65536, 65536],
+            sharedMemPerBlock=_MAX_LDS,
+            warpSize=64,
+            clockRate=1700000,
+            managedMemory=1,
+            pciBusID=0x10 + int(deviceId),
+            memoryPoolsSupported=1,
         )
         return (E.hipSuccess, props)
 
@@ -431,7 +444,8 @@ class FakeHip:
             if address >= DEVICE_BASE:
                 return (self._fault(Fault(E.hipErrorInvalidValue, f"hipHostRegister: 0x{address:x} is device memory")),)
             self._registered[address] = self.space.alias_host(
-                address, size, self._label("hipHostRegister"), self.separate_register_alias)
+                address, size, self._label("hipHostRegister"), self.separate_register_alias
+            )
         return (E.hipSuccess,)
 
     def hipHostUnregister(self, hostPtr: Any) -> tuple[E]:  # noqa: N803
@@ -439,8 +453,14 @@ class FakeHip:
         with self.lock:
             alias = self._registered.pop(int(hostPtr), None)
             if alias is None:
-                return (self._fault(Fault(E.hipErrorHostMemoryNotRegistered,
-                                          f"hipHostUnregister: 0x{int(hostPtr):x} is not registered")),)
+                return (
+                    self._fault(
+                        Fault(
+                            E.hipErrorHostMemoryNotRegistered,
+                            f"hipHostUnregister: 0x{int(hostPtr):x} is not registered",
+                        )
+                    ),
+                )
         self._sync_device(None)
         with self.lock:
             self.space.release(alias)
@@ -474,20 +494,35 @@ class FakeHip:
             found = self._registration(address)
             if found is not None:
                 base, alias = found
-                return (E.hipSuccess, hipPointerAttribute_t(
-                    hipMemoryType.hipMemoryTypeHost, self.current,
-                    FakePointer(alias.base + address - base), FakePointer(address), 0))
+                return (
+                    E.hipSuccess,
+                    hipPointerAttribute_t(
+                        hipMemoryType.hipMemoryTypeHost,
+                        self.current,
+                        FakePointer(alias.base + address - base),
+                        FakePointer(address),
+                        0,
+                    ),
+                )
             region = self.space.find(address)
             if region is None or region.freed:
-                return (E.hipSuccess, hipPointerAttribute_t(
-                    hipMemoryType.hipMemoryTypeUnregistered, -1, FakePointer(0), FakePointer(0), 0))
-            kind = {Kind.HOST: hipMemoryType.hipMemoryTypeHost,
-                    Kind.MANAGED: hipMemoryType.hipMemoryTypeManaged,
-                    Kind.ALIAS: hipMemoryType.hipMemoryTypeHost}.get(region.kind, hipMemoryType.hipMemoryTypeDevice)
+                return (
+                    E.hipSuccess,
+                    hipPointerAttribute_t(
+                        hipMemoryType.hipMemoryTypeUnregistered, -1, FakePointer(0), FakePointer(0), 0
+                    ),
+                )
+            kind = {
+                Kind.HOST: hipMemoryType.hipMemoryTypeHost,
+                Kind.MANAGED: hipMemoryType.hipMemoryTypeManaged,
+                Kind.ALIAS: hipMemoryType.hipMemoryTypeHost,
+            }.get(region.kind, hipMemoryType.hipMemoryTypeDevice)
             host = FakePointer(address) if region.kind in (Kind.HOST, Kind.MANAGED) else FakePointer(0)
             device = region.device if region.device is not None else self.current
-            return (E.hipSuccess, hipPointerAttribute_t(
-                kind, device, FakePointer(address), host, int(region.kind is Kind.MANAGED)))
+            return (
+                E.hipSuccess,
+                hipPointerAttribute_t(kind, device, FakePointer(address), host, int(region.kind is Kind.MANAGED)),
+            )
 
     def hipMemGetAddressRange(self, dptr: Any) -> tuple[E, Any, int]:
         self._count("hipMemGetAddressRange")
@@ -555,7 +590,8 @@ class FakeHip:
         region = self.space.find(int(pointer))
         # An unregistered range mapped at its host address is plain pageable memory again.
         return region is not None and not (
-            region.freed and region.kind is Kind.ALIAS and region.base == region.host_address)
+            region.freed and region.kind is Kind.ALIAS and region.base == region.host_address
+        )
 
     def _copy_op(self, dst: Any, src: Any, size: int, kind: Any, what: str) -> Callable[[], None]:
         kind = int(kind)  # compared as ints: an enum lookup would be a Python call per copy
@@ -596,15 +632,17 @@ class FakeHip:
     def hipMemcpyDtoH(self, dst: Any, src: Any, sizeBytes: int) -> tuple[E]:  # noqa: N803
         return self._memcpy("hipMemcpyDtoH", dst, src, sizeBytes, hipMemcpyKind.hipMemcpyDeviceToHost, None, True)
 
-    def _peer_copy(self, name: str, dst: Any, dst_device: int, src: Any, src_device: int, size: int,
-                   stream: Any) -> tuple[E]:
+    def _peer_copy(
+        self, name: str, dst: Any, dst_device: int, src: Any, src_device: int, size: int, stream: Any
+    ) -> tuple[E]:
         self._count(name)
         try:
             for address, device in ((dst, dst_device), (src, src_device)):
                 region = self.space.find(int(address))
                 if region is not None and region.device is not None and region.device != device:
-                    raise Fault(E.hipErrorInvalidValue,
-                                f"{name}: 0x{int(address):x} is on device {region.device}, not {device}")
+                    raise Fault(
+                        E.hipErrorInvalidValue, f"{name}: 0x{int(address):x} is on device {region.device}, not {device}"
+                    )
             fake_stream = self._stream(stream, name)
             op = self._copy_op(dst, src, int(size), hipMemcpyKind.hipMemcpyDeviceToDevice, name)
         except Fault as fault:
@@ -615,8 +653,15 @@ class FakeHip:
     def hipMemcpyPeer(self, dst: Any, dstDeviceId: int, src: Any, srcDeviceId: int, sizeBytes: int) -> tuple[E]:  # noqa: N803
         return self._peer_copy("hipMemcpyPeer", dst, dstDeviceId, src, srcDeviceId, sizeBytes, None)
 
-    def hipMemcpyPeerAsync(self, dst: Any, dstDeviceId: int, src: Any, srcDevice: int, sizeBytes: int,  # noqa: N803
-                           stream: Any) -> tuple[E]:
+    def hipMemcpyPeerAsync(
+        self,
+        dst: Any,
+        dstDeviceId: int,
+        src: Any,
+        srcDevice: int,
+        sizeBytes: int,  # noqa: N803
+        stream: Any,
+    ) -> tuple[E]:
         return self._peer_copy("hipMemcpyPeerAsync", dst, dstDeviceId, src, srcDevice, sizeBytes, stream)
 
     def _memset(self, name: str, dest: Any, value: int, count: int, width: int, stream: Any, sync: bool) -> tuple[E]:
@@ -734,26 +779,39 @@ class FakeHip:
         """Read the ``void*[5]`` extra array and the buffer it points to, as HIP does."""
         info, kernarg_size = f.info, f.kernarg_size
         if not isinstance(extra, int):
-            raise Fault(E.hipErrorInvalidValue,
-                        "hipModuleLaunchKernel: the fake takes `extra` as the address of a void*[5]")
+            raise Fault(
+                E.hipErrorInvalidValue, "hipModuleLaunchKernel: the fake takes `extra` as the address of a void*[5]"
+            )
         words = (ctypes.c_void_p * 5).from_address(extra)
         markers = (words[0], words[2], words[4])
-        expected = (self.HIP_LAUNCH_PARAM_BUFFER_POINTER, self.HIP_LAUNCH_PARAM_BUFFER_SIZE,
-                    self.HIP_LAUNCH_PARAM_END)
+        expected = (self.HIP_LAUNCH_PARAM_BUFFER_POINTER, self.HIP_LAUNCH_PARAM_BUFFER_SIZE, self.HIP_LAUNCH_PARAM_END)
         if markers != expected:
             raise Fault(E.hipErrorInvalidValue, f"hipModuleLaunchKernel: bad extra markers {markers}")
         # HIP follows the two pointers unchecked; a NULL one (None here) makes from_address a TypeError.
         buffer_at, size_at = cast(int, words[1]), cast(int, words[3])
         size = ctypes.c_size_t.from_address(size_at).value
         if size < kernarg_size:
-            raise Fault(E.hipErrorInvalidValue,
-                        f"hipModuleLaunchKernel({info.name}): kernarg buffer of {size} bytes, "
-                        f"the kernel's explicit arguments need {kernarg_size}")
+            raise Fault(
+                E.hipErrorInvalidValue,
+                f"hipModuleLaunchKernel({info.name}): kernarg buffer of {size} bytes, "
+                f"the kernel's explicit arguments need {kernarg_size}",
+            )
         return (ctypes.c_char * size).from_address(buffer_at).raw if size else b""
 
-    def hipModuleLaunchKernel(self, f: Any, gridDimX: int, gridDimY: int, gridDimZ: int,  # noqa: N803
-                              blockDimX: int, blockDimY: int, blockDimZ: int, sharedMemBytes: int,
-                              stream: Any, kernelParams: Any, extra: Any) -> tuple[E]:
+    def hipModuleLaunchKernel(
+        self,
+        f: Any,
+        gridDimX: int,
+        gridDimY: int,
+        gridDimZ: int,  # noqa: N803
+        blockDimX: int,
+        blockDimY: int,
+        blockDimZ: int,
+        sharedMemBytes: int,
+        stream: Any,
+        kernelParams: Any,
+        extra: Any,
+    ) -> tuple[E]:
         self._count("hipModuleLaunchKernel")
         if not isinstance(f, FakeFunction):
             raise TypeError(f"hipModuleLaunchKernel: expected a function handle, got {type(f).__name__}")
@@ -765,9 +823,11 @@ class FakeHip:
             fake_stream = self._stream(stream, "hipModuleLaunchKernel")
             device = fake_stream.device if fake_stream is not None else self.current
             if device != module.device:
-                raise Fault(E.hipErrorInvalidDeviceFunction,
-                            f"hipModuleLaunchKernel({info.name}): module is on device {module.device}, "
-                            f"launch is on device {device}")
+                raise Fault(
+                    E.hipErrorInvalidDeviceFunction,
+                    f"hipModuleLaunchKernel({info.name}): module is on device {module.device}, "
+                    f"launch is on device {device}",
+                )
             if kernelParams is not None:
                 raise Fault(E.hipErrorInvalidValue, "hipModuleLaunchKernel: kernelParams and extra both given")
             kernarg = self._kernarg(extra, f)
@@ -782,11 +842,14 @@ class FakeHip:
         args = emulation.decode(info, kernarg)
         known = f.emulation
         if f.mismatch:
-            self._violation(f"{info.name}: image signature {info.signature} does not match the emulation's "
-                            f"{known[0] if known else None}")
+            self._violation(
+                f"{info.name}: image signature {info.signature} does not match the emulation's "
+                f"{known[0] if known else None}"
+            )
             known = None
-        ctx = emulation.LaunchContext(self.space, device, self.peers, grid, block, bytearray(lds_size),
-                                      module.globals, info.name)
+        ctx = emulation.LaunchContext(
+            self.space, device, self.peers, grid, block, bytearray(lds_size), module.globals, info.name
+        )
 
         def run() -> None:
             if module.unloaded:
@@ -901,8 +964,10 @@ class FakeHip:
             fake_stream = self._stream(stream, "hipEventRecord")
             device = fake_stream.device if fake_stream else self.current
             if device != fake.device:
-                raise Fault(E.hipErrorInvalidHandle,
-                            f"hipEventRecord: {fake.label} of device {fake.device} on a stream of device {device}")
+                raise Fault(
+                    E.hipErrorInvalidHandle,
+                    f"hipEventRecord: {fake.label} of device {fake.device} on a stream of device {device}",
+                )
         except Fault as fault:
             return (self._fault(fault),)
         self._submit(fake_stream, fake.arm(fake_stream))
@@ -966,8 +1031,11 @@ class FakeHip:
     def leaks(self) -> list[str]:
         """Everything still alive: allocations, registrations, modules, streams, events."""
         with self.lock:
-            found = [f"{r.label}: {r.size} bytes of {r.kind.value} memory at 0x{r.base:x}"
-                     for r in self.space.live() if r.kind is not Kind.MODULE]
+            found = [
+                f"{r.label}: {r.size} bytes of {r.kind.value} memory at 0x{r.base:x}"
+                for r in self.space.live()
+                if r.kind is not Kind.MODULE
+            ]
             found += [f"{m.label}: module not unloaded" for m in self._modules if not m.unloaded]
             found += [f"{s.label}: stream not destroyed" for s in self._streams if not s.destroyed]
             found += [f"{e.label}: event not destroyed" for e in self._events if not e.destroyed]
@@ -985,6 +1053,7 @@ class FakeHip:
         if leaks or self.violations:
             warnings.warn(
                 f"fake HIP driver: {len(self.violations)} violation(s): " + "; ".join(self.violations[:5]),
-                FakeHipWarning, stacklevel=2,
+                FakeHipWarning,
+                stacklevel=2,
             )
         return leaks

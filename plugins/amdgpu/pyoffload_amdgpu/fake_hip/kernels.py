@@ -21,9 +21,18 @@ from .memory import AddressSpace, Fault
 
 # OpenCL C type names -> numpy dtypes for by-value arguments.
 _DTYPES = {
-    "char": np.int8, "uchar": np.uint8, "short": np.int16, "ushort": np.uint16,
-    "int": np.int32, "uint": np.uint32, "long": np.int64, "ulong": np.uint64,
-    "half": np.float16, "float": np.float32, "double": np.float64, "bool": np.uint8,
+    "char": np.int8,
+    "uchar": np.uint8,
+    "short": np.int16,
+    "ushort": np.uint16,
+    "int": np.int32,
+    "uint": np.uint32,
+    "long": np.int64,
+    "ulong": np.uint64,
+    "half": np.float16,
+    "float": np.float32,
+    "double": np.float64,
+    "bool": np.uint8,
 }
 SLEEP_SPIN_SECONDS_PER_ITERATION = 40e-9  # s_sleep 1 is 64 clocks: ~40 ns at 1.7 GHz
 SLEEP_SPIN_CAP_SECONDS = 2.0
@@ -33,9 +42,17 @@ class LaunchContext:
     """What one emulated launch sees: its geometry, memory, LDS and module globals.  A plain class:
     a dataclass's generated ``__init__`` would count against the caller's frame budget."""
 
-    def __init__(self, space: AddressSpace, device: int, peers: set[tuple[int, int]], grid: tuple[int, int, int],
-                 block: tuple[int, int, int], lds: bytearray, globals_: dict[str, tuple[int, int]],
-                 kernel: str) -> None:
+    def __init__(
+        self,
+        space: AddressSpace,
+        device: int,
+        peers: set[tuple[int, int]],
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        lds: bytearray,
+        globals_: dict[str, tuple[int, int]],
+        kernel: str,
+    ) -> None:
         self.space = space
         self.device = device
         self.peers = peers
@@ -136,8 +153,9 @@ def _scalars(ctx: LaunchContext, out: int, *values: np.generic) -> None:
 
 
 @emulates("local_reverse", ("ptr", "ptr", "local", "i32", "i32"))
-def _local_reverse(ctx: LaunchContext, out: int, src: int, scratch: int, n: np.int32 | int,
-                   block: np.int32 | int) -> None:
+def _local_reverse(
+    ctx: LaunchContext, out: int, src: int, scratch: int, n: np.int32 | int, block: np.int32 | int
+) -> None:
     n, block, size = int(n), int(block), ctx.block[0]
     for group in range(ctx.grid[0]):
         lds = ctx.lds_array(scratch, np.int32)

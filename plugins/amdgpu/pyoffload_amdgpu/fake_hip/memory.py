@@ -135,28 +135,36 @@ class AddressSpace:
 
     # -- access ---------------------------------------------------------------------------
 
-    def device_view(self, address: int, size: int, device: int | None, peers: set[tuple[int, int]],
-                    what: str) -> memoryview:
+    def device_view(
+        self, address: int, size: int, device: int | None, peers: set[tuple[int, int]], what: str
+    ) -> memoryview:
         """Bytes ``[address, address + size)`` as device ``device`` (None: a copy engine) sees them.
 
         Raises :class:`Fault` for unknown, freed, out-of-bounds or unreachable memory.
         """
         region = self.find(address)
         if region is None:
-            raise Fault(700 if device is not None else 1,
-                        f"{what}: 0x{address:x} is not device-accessible memory")
+            raise Fault(700 if device is not None else 1, f"{what}: 0x{address:x} is not device-accessible memory")
         if region.freed:
-            raise Fault(700 if device is not None else 1,
-                        f"{what}: use after free of {region.label} at 0x{region.base:x}")
+            raise Fault(
+                700 if device is not None else 1, f"{what}: use after free of {region.label} at 0x{region.base:x}"
+            )
         offset = address - region.base
         if offset + size > region.size:
-            raise Fault(700 if device is not None else 1,
-                        f"{what}: {size} bytes at 0x{address:x} overrun {region.label} "
-                        f"(0x{region.base:x}, {region.size} bytes)")
-        if (device is not None and region.device is not None and region.device != device
-                and (device, region.device) not in peers):
-            raise Fault(700, f"{what}: device {device} accessed device {region.device}'s "
-                             f"{region.label} without peer access")
+            raise Fault(
+                700 if device is not None else 1,
+                f"{what}: {size} bytes at 0x{address:x} overrun {region.label} "
+                f"(0x{region.base:x}, {region.size} bytes)",
+            )
+        if (
+            device is not None
+            and region.device is not None
+            and region.device != device
+            and (device, region.device) not in peers
+        ):
+            raise Fault(
+                700, f"{what}: device {device} accessed device {region.device}'s {region.label} without peer access"
+            )
         return region.view(offset, size)
 
     def host_view(self, pointer: Any, size: int, what: str, writable: bool) -> memoryview:

@@ -49,7 +49,6 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     tr = terminalreporter
     tr.section("fake HIP driver")
     calls = sum(sum(f.calls.values()) for f in FakeHip.instances)
-    tr.write_line(f"{len(FakeHip.instances)} fake runtime(s), {calls} driver calls, "
-                  f"{len(_report)} violation(s)")
+    tr.write_line(f"{len(FakeHip.instances)} fake runtime(s), {calls} driver calls, {len(_report)} violation(s)")
     for line in _report[:50]:
         tr.write_line(f"  {line}")

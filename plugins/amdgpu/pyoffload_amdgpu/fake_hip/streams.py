@@ -44,8 +44,7 @@ class Latch:
 
 
 class FakeStream:
-    def __init__(self, device: int, flags: int, on_fault: Callable[[Fault], None], label: str,
-                 address: int) -> None:
+    def __init__(self, device: int, flags: int, on_fault: Callable[[Fault], None], label: str, address: int) -> None:
         self.device = device
         self.address = address  # what int() of the handle gives, as with hip-python's hipStream_t
         self.flags = flags

@@ -126,8 +126,15 @@ class hipDeviceProp_t:  # noqa: N801
 
 
 class hipPointerAttribute_t:  # noqa: N801
-    def __init__(self, type: int, device: int, devicePointer: Any, hostPointer: Any,  # noqa: A002
-                 isManaged: int, allocationFlags: int = 0) -> None:
+    def __init__(
+        self,
+        type: int,
+        device: int,
+        devicePointer: Any,
+        hostPointer: Any,  # noqa: A002
+        isManaged: int,
+        allocationFlags: int = 0,
+    ) -> None:
         self.type = type
         self.device = device
         self.devicePointer = devicePointer

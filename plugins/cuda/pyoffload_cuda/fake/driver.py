@@ -105,14 +105,31 @@ _Order = Literal["K", "A", "C", "F"]  # numpy's memory layouts, as pycuda's *_em
 
 # The CUdevice_attribute values the plugin reads (same numbers as cuda.h).
 DEVICE_ATTRIBUTES = {
-    "MAX_THREADS_PER_BLOCK": 1, "MAX_BLOCK_DIM_X": 2, "MAX_BLOCK_DIM_Y": 3, "MAX_BLOCK_DIM_Z": 4,
-    "MAX_GRID_DIM_X": 5, "MAX_GRID_DIM_Y": 6, "MAX_GRID_DIM_Z": 7, "MAX_SHARED_MEMORY_PER_BLOCK": 8,
-    "WARP_SIZE": 10, "CLOCK_RATE": 13, "MULTIPROCESSOR_COUNT": 16, "CAN_MAP_HOST_MEMORY": 19,
-    "PCI_BUS_ID": 33, "UNIFIED_ADDRESSING": 41, "MANAGED_MEMORY": 83, "CONCURRENT_MANAGED_ACCESS": 89,
+    "MAX_THREADS_PER_BLOCK": 1,
+    "MAX_BLOCK_DIM_X": 2,
+    "MAX_BLOCK_DIM_Y": 3,
+    "MAX_BLOCK_DIM_Z": 4,
+    "MAX_GRID_DIM_X": 5,
+    "MAX_GRID_DIM_Y": 6,
+    "MAX_GRID_DIM_Z": 7,
+    "MAX_SHARED_MEMORY_PER_BLOCK": 8,
+    "WARP_SIZE": 10,
+    "CLOCK_RATE": 13,
+    "MULTIPROCESSOR_COUNT": 16,
+    "CAN_MAP_HOST_MEMORY": 19,
+    "PCI_BUS_ID": 33,
+    "UNIFIED_ADDRESSING": 41,
+    "MANAGED_MEMORY": 83,
+    "CONCURRENT_MANAGED_ACCESS": 89,
 }
 # CUfunction_attribute values.
-FUNCTION_ATTRIBUTES = {"MAX_THREADS_PER_BLOCK": 0, "SHARED_SIZE_BYTES": 1, "CONST_SIZE_BYTES": 2,
-                       "LOCAL_SIZE_BYTES": 3, "NUM_REGS": 4}
+FUNCTION_ATTRIBUTES = {
+    "MAX_THREADS_PER_BLOCK": 0,
+    "SHARED_SIZE_BYTES": 1,
+    "CONST_SIZE_BYTES": 2,
+    "LOCAL_SIZE_BYTES": 3,
+    "NUM_REGS": 4,
+}
 
 
 class FakeDriver:
@@ -120,8 +137,14 @@ class FakeDriver:
 
     instances: list[FakeDriver] = []  # those the plugin used (from_environment), for the pytest plugin
 
-    def __init__(self, devices: int = 2, arch: str = "sm_80", memory: int = 1 << 30, peer: bool = True,
-                 driver_version: int = 13000) -> None:
+    def __init__(
+        self,
+        devices: int = 2,
+        arch: str = "sm_80",
+        memory: int = 1 << 30,
+        peer: bool = True,
+        driver_version: int = 13000,
+    ) -> None:
         if devices < 0:
             raise ValueError("devices must be >= 0")
         self.n_devices = devices
@@ -201,8 +224,9 @@ class FakeDriver:
         self.PagelockedHostAllocation = self.HostAllocation
         self.RegisteredHostMemory = type("RegisteredHostMemory", (_RegisteredHostMemory,), {"_drv": drv})
 
-    def fail(self, cls: type[Exception], routine: str, text: str, detail: str = "",
-             violation: str | None = None) -> Exception:
+    def fail(
+        self, cls: type[Exception], routine: str, text: str, detail: str = "", violation: str | None = None
+    ) -> Exception:
         """An exception as pycuda formats it: ``<routine> failed: <text>[ - <detail>]``."""
         message = f"{routine} failed: {text}" + (f" - fake driver: {detail}" if detail else "")
         if violation:
@@ -235,19 +259,30 @@ class FakeDriver:
 
     def _check_same(self, routine: str, obj: Any, ctx: Any, what: str) -> None:
         if obj._ctx is not ctx:
-            raise self.fail(self.LogicError, routine, INVALID_HANDLE,
-                            f"{what} belongs to {obj._ctx!r} but {ctx!r} is current", "wrong-context")
+            raise self.fail(
+                self.LogicError,
+                routine,
+                INVALID_HANDLE,
+                f"{what} belongs to {obj._ctx!r} but {ctx!r} is current",
+                "wrong-context",
+            )
 
-    def resolve(self, routine: str, addr: Any, size: int, ctx: Any | None = None,
-                error: str = INVALID_VALUE) -> tuple[Region, int]:
+    def resolve(
+        self, routine: str, addr: Any, size: int, ctx: Any | None = None, error: str = INVALID_VALUE
+    ) -> tuple[Region, int]:
         """Resolve a device-accessible pointer or raise as the driver would."""
         try:
             region, offset = self.memory.resolve(int(addr), size)
         except Access as exc:
             raise self.fail(self.LogicError, routine, error, str(exc), exc.kind) from None
         if ctx is not None and not self.reachable(ctx, region):
-            raise self.fail(self.LogicError, routine, error,
-                            f"0x{int(addr):x} is {region.describe()}, not reachable from {ctx!r}", "wrong-context")
+            raise self.fail(
+                self.LogicError,
+                routine,
+                error,
+                f"0x{int(addr):x} is {region.describe()}, not reachable from {ctx!r}",
+                "wrong-context",
+            )
         return region, offset
 
     def reachable(self, ctx: Any, region: Region) -> bool:
@@ -285,8 +320,9 @@ class FakeDriver:
                     try:
                         op()
                     except emu.IllegalAddress as exc:
-                        ctx.sticky = self.fail(self.LogicError, "cuCtxSynchronize", ILLEGAL_ADDRESS,
-                                               str(exc), "illegal-address")
+                        ctx.sticky = self.fail(
+                            self.LogicError, "cuCtxSynchronize", ILLEGAL_ADDRESS, str(exc), "illegal-address"
+                        )
                 self._done_seq = seq
 
     def completed(self, seq: int) -> bool:
@@ -340,8 +376,9 @@ class FakeDriver:
         self.memory.add(region)
         return region
 
-    def _empty(self, routine: str, cls: type, shape: Any, dtype: Any, order: _Order, mem_flags: int,
-               kind: str) -> np.ndarray:
+    def _empty(
+        self, routine: str, cls: type, shape: Any, dtype: Any, order: _Order, mem_flags: int, kind: str
+    ) -> np.ndarray:
         with self.lock:
             ctx = self.current(routine)
             dt = np.dtype(dtype)
@@ -362,11 +399,21 @@ class FakeDriver:
         with self.lock:
             ctx = self.current(routine)
             if not isinstance(ary, np.ndarray):
-                raise self.fail(self.LogicError, "register_host_memory", INVALID_VALUE,
-                                "ary argument is not a numpy array", "bad-argument")
+                raise self.fail(
+                    self.LogicError,
+                    "register_host_memory",
+                    INVALID_VALUE,
+                    "ary argument is not a numpy array",
+                    "bad-argument",
+                )
             if not ary.flags.c_contiguous:
-                raise self.fail(self.LogicError, "register_host_memory", INVALID_VALUE,
-                                "ary argument is not contiguous", "bad-argument")
+                raise self.fail(
+                    self.LogicError,
+                    "register_host_memory",
+                    INVALID_VALUE,
+                    "ary argument is not contiguous",
+                    "bad-argument",
+                )
             if ary.base is not None:
                 # pycuda makes the registration the base of a new array over the same memory;
                 # numpy refuses when that array already inherited a base from ``ary``.
@@ -392,8 +439,13 @@ class FakeDriver:
         anywhere else pycuda refuses, and an object collected there leaks."""
         stack = self._stack()
         if ctx.alive and not (stack and stack[-1] is ctx) and ctx.thread != threading.get_ident():
-            raise self.fail(self.LogicError, routine, "cannot activate out-of-thread context",
-                            f"{ctx!r} was retained on another thread and is not current here", "out-of-thread")
+            raise self.fail(
+                self.LogicError,
+                routine,
+                "cannot activate out-of-thread context",
+                f"{ctx!r} was retained on another thread and is not current here",
+                "out-of-thread",
+            )
 
     # -- copies and fills -------------------------------------------------------------------
 
@@ -404,8 +456,9 @@ class FakeDriver:
             stream._check_alive(routine)
             self._check_same(routine, stream, ctx, "the stream")
 
-    def _submit(self, routine: str, ctx: Any, stream: Any, op: Callable[[], None], sync: bool,
-                duration: float = COPY_TIME) -> None:
+    def _submit(
+        self, routine: str, ctx: Any, stream: Any, op: Callable[[], None], sync: bool, duration: float = COPY_TIME
+    ) -> None:
         """Enqueue ``op``; a synchronous call (legacy stream semantics) waits for all earlier
         work of the context first and completes before returning."""
         if sync:
@@ -448,8 +501,17 @@ class FakeDriver:
 
             self._submit(routine, ctx, stream, op, sync)
 
-    def _dtod(self, routine: str, dest: Any, src: Any, size: int, stream: Any, sync: bool,
-              dest_context: Any = None, src_context: Any = None) -> None:
+    def _dtod(
+        self,
+        routine: str,
+        dest: Any,
+        src: Any,
+        size: int,
+        stream: Any,
+        sync: bool,
+        dest_context: Any = None,
+        src_context: Any = None,
+    ) -> None:
         with self.lock:
             ctx = self.current(routine)
             self._stream_ctx(routine, stream, ctx)
@@ -458,8 +520,13 @@ class FakeDriver:
             s_region, s_off = self.resolve(routine, src, size)
             for region, given, what in ((d_region, dest_context, "dest"), (s_region, src_context, "src")):
                 if given is not None and region.on_device and region.context is not given:
-                    raise self.fail(self.LogicError, routine, INVALID_VALUE,
-                                    f"{what} is {region.describe()}, not memory of {given!r}", "wrong-context")
+                    raise self.fail(
+                        self.LogicError,
+                        routine,
+                        INVALID_VALUE,
+                        f"{what} is {region.describe()}, not memory of {given!r}",
+                        "wrong-context",
+                    )
 
             def op() -> None:
                 region_view(d_region, d_off, size)[:] = bytes(region_view(s_region, s_off, size))
@@ -487,8 +554,9 @@ class FakeDriver:
     def memcpy_peer(self, dest: Any, src: Any, size: int, dest_context: Any = None, src_context: Any = None) -> None:
         self._dtod("cuMemcpyPeer", dest, src, size, None, True, dest_context, src_context)
 
-    def memcpy_peer_async(self, dest: Any, src: Any, size: int, dest_context: Any = None,
-                          src_context: Any = None, stream: Any = None) -> None:
+    def memcpy_peer_async(
+        self, dest: Any, src: Any, size: int, dest_context: Any = None, src_context: Any = None, stream: Any = None
+    ) -> None:
         self._dtod("cuMemcpyPeerAsync", dest, src, size, stream, False, dest_context, src_context)
 
     def _memset(self, width: int, dest: Any, data: int, size: int, stream: Any, sync: bool) -> None:
@@ -497,8 +565,13 @@ class FakeDriver:
             ctx = self.current(routine)
             self._stream_ctx(routine, stream, ctx)
             if int(dest) % width:
-                raise self.fail(self.LogicError, routine, INVALID_VALUE,
-                                f"0x{int(dest):x} is not {width}-byte aligned", "misaligned")
+                raise self.fail(
+                    self.LogicError,
+                    routine,
+                    INVALID_VALUE,
+                    f"0x{int(dest):x} is not {width}-byte aligned",
+                    "misaligned",
+                )
             nbytes = int(size) * width
             region, off = self.resolve(routine, dest, nbytes)
             fill = int(data).to_bytes(width, "little") * int(size)
@@ -543,27 +616,40 @@ class FakeDriver:
         except InvalidBinaryError as exc:
             raise self.fail(self.LogicError, routine, INVALID_IMAGE, str(exc), "invalid-image") from None
         for entry in entries:  # machine code for this GPU first, then PTX to JIT
-            if entry.kind == "cubin" and entry.payload is not None and entry.arch // 10 == self.sm // 10 \
-                    and entry.arch <= self.sm:
+            if (
+                entry.kind == "cubin"
+                and entry.payload is not None
+                and entry.arch // 10 == self.sm // 10
+                and entry.arch <= self.sm
+            ):
                 return read_cubin(entry.payload)
         for entry in entries:
             if entry.kind == "ptx" and entry.payload is not None and entry.arch <= self.sm:
                 return read_ptx(entry.payload)
-        raise self.fail(self.RuntimeError, routine, NO_BINARY,
-                        f"no readable entry for sm_{self.sm} (compressed entries cannot be read by the fake)")
+        raise self.fail(
+            self.RuntimeError,
+            routine,
+            NO_BINARY,
+            f"no readable entry for sm_{self.sm} (compressed entries cannot be read by the fake)",
+        )
 
     def _check_cubin_arch(self, arch: str | None) -> None:
         sm = int(arch.removeprefix("sm_")) if arch else self.sm
         if sm // 10 != self.sm // 10 or sm > self.sm:
-            raise self.fail(self.RuntimeError, "cuModuleLoadDataEx", NO_BINARY,
-                            f"cubin for {arch}, device is sm_{self.sm}")
+            raise self.fail(
+                self.RuntimeError, "cuModuleLoadDataEx", NO_BINARY, f"cubin for {arch}, device is sm_{self.sm}"
+            )
 
     def _check_ptx(self, syms: FakeImage) -> FakeImage:
         sm = int(syms.arch.removeprefix("sm_").rstrip("af")) if syms.arch else 0
         if sm > self.sm:
-            raise self.fail(self.LogicError, "cuModuleLoadDataEx", PTX_JIT,
-                            f"ptxas fatal: SM version specified by .target ({syms.arch}) is higher "
-                            f"than the device's (sm_{self.sm})")
+            raise self.fail(
+                self.LogicError,
+                "cuModuleLoadDataEx",
+                PTX_JIT,
+                f"ptxas fatal: SM version specified by .target ({syms.arch}) is higher "
+                f"than the device's (sm_{self.sm})",
+            )
         return syms
 
     def module_from_buffer(self, buffer: Any, options: Any = None, message_handler: Any = None) -> Any:
@@ -632,9 +718,24 @@ class _Device:
         return self._drv.memory_per_device
 
     def get_attribute(self, attr: int) -> int:
-        values = {1: MAX_THREADS_PER_BLOCK, 2: MAX_BLOCK[0], 3: MAX_BLOCK[1], 4: MAX_BLOCK[2], 5: MAX_GRID[0],
-                  6: MAX_GRID[1], 7: MAX_GRID[2], 8: MAX_SHARED_PER_BLOCK, 10: 32, 13: 1410000, 16: 108, 19: 1,
-                  33: self.ordinal + 1, 41: 1, 83: 1, 89: 1}
+        values = {
+            1: MAX_THREADS_PER_BLOCK,
+            2: MAX_BLOCK[0],
+            3: MAX_BLOCK[1],
+            4: MAX_BLOCK[2],
+            5: MAX_GRID[0],
+            6: MAX_GRID[1],
+            7: MAX_GRID[2],
+            8: MAX_SHARED_PER_BLOCK,
+            10: 32,
+            13: 1410000,
+            16: 108,
+            19: 1,
+            33: self.ordinal + 1,
+            41: 1,
+            83: 1,
+            89: 1,
+        }
         if int(attr) not in values:
             raise self._drv.fail(self._drv.LogicError, "cuDeviceGetAttribute", INVALID_VALUE, f"attribute {attr}")
         return values[int(attr)]
@@ -690,8 +791,9 @@ class _Context:
         drv = self._drv
         drv._use("cuCtxPushCurrent")
         if not self.alive:
-            raise drv.fail(drv.LogicError, "cuCtxPushCurrent", INVALID_CONTEXT, f"{self!r} was released",
-                           "dead-context")
+            raise drv.fail(
+                drv.LogicError, "cuCtxPushCurrent", INVALID_CONTEXT, f"{self!r} was released", "dead-context"
+            )
         drv._stack().append(self)
 
     @classmethod
@@ -700,8 +802,9 @@ class _Context:
         drv._use("cuCtxPopCurrent")
         stack = drv._stack()
         if not stack:
-            raise drv.fail(drv.LogicError, "context::pop", INVALID_CONTEXT, "cannot pop non-current context",
-                           "no-context")
+            raise drv.fail(
+                drv.LogicError, "context::pop", INVALID_CONTEXT, "cannot pop non-current context", "no-context"
+            )
         stack.pop()
 
     @classmethod
@@ -742,11 +845,17 @@ class _Context:
         with drv.lock:
             drv._use("cuDevicePrimaryCtxRelease")
             if not self.alive or self.retains <= 0:
-                raise drv.fail(drv.LogicError, "cuDevicePrimaryCtxRelease", INVALID_CONTEXT, "not retained",
-                               "dead-context")
+                raise drv.fail(
+                    drv.LogicError, "cuDevicePrimaryCtxRelease", INVALID_CONTEXT, "not retained", "dead-context"
+                )
             if self in drv._stack():
-                raise drv.fail(drv.LogicError, "cuDevicePrimaryCtxRelease", INVALID_CONTEXT,
-                               "released while current on this thread", "dead-context")
+                raise drv.fail(
+                    drv.LogicError,
+                    "cuDevicePrimaryCtxRelease",
+                    INVALID_CONTEXT,
+                    "released while current on this thread",
+                    "dead-context",
+                )
             self.retains -= 1
             if self.retains == 0:
                 drv.drain()
@@ -868,8 +977,9 @@ class _Event:
             drv._use(routine)
             for ev in (self, event):
                 if ev.flags & drv.event_flags.DISABLE_TIMING:
-                    raise drv.fail(drv.LogicError, routine, INVALID_HANDLE, "event created with DISABLE_TIMING",
-                                   "no-timing")
+                    raise drv.fail(
+                        drv.LogicError, routine, INVALID_HANDLE, "event created with DISABLE_TIMING", "no-timing"
+                    )
                 if ev._seq is None or not drv.completed(ev._seq) or ev._time is None:
                     raise drv.fail(drv.LogicError, routine, NOT_READY, "event not completed")
             elapsed: float = (event._time - self._time) * 1000.0
@@ -930,8 +1040,12 @@ class _HostMemory:
 
     def _array(self, shape: Any, dtype: np.dtype, order: _Order) -> np.ndarray:
         shape = (shape,) if isinstance(shape, int) else tuple(shape)
-        self.__array_interface__ = {"shape": shape, "typestr": dtype.str, "version": 3,
-                                    "data": (self._region.base, False)}
+        self.__array_interface__ = {
+            "shape": shape,
+            "typestr": dtype.str,
+            "version": 3,
+            "data": (self._region.base, False),
+        }
         return np.asarray(self, order=order)
 
     def get_device_pointer(self) -> int:
@@ -995,8 +1109,9 @@ class _Module:
         self._globals: dict[str, Region] = {}
         for name, init in symbols.globals.items():
             size = max(len(init), 1)
-            region = Region(address_space().take(size), len(init), "global", ctx,
-                            data=bytearray(init.ljust(size, b"\0")))
+            region = Region(
+                address_space().take(size), len(init), "global", ctx, data=bytearray(init.ljust(size, b"\0"))
+            )
             drv.memory.add(region)
             self._globals[name] = region
         ctx.objects.add(self)
@@ -1084,21 +1199,31 @@ class _Function:
             # Three long past the check below (zip strict refuses more than three dimensions).
             grid3 = cast(tuple[int, int, int], tuple(grid) + (1,) * (3 - len(grid)))
             block3 = cast(tuple[int, int, int], tuple(block) + (1,) * (3 - len(block)))
-            if any(int(g) <= 0 or int(g) > m for g, m in zip(grid3, MAX_GRID, strict=True)) or any(
-                int(b) <= 0 or int(b) > m for b, m in zip(block3, MAX_BLOCK, strict=True)
-            ) or block3[0] * block3[1] * block3[2] > MAX_THREADS_PER_BLOCK:
+            if (
+                any(int(g) <= 0 or int(g) > m for g, m in zip(grid3, MAX_GRID, strict=True))
+                or any(int(b) <= 0 or int(b) > m for b, m in zip(block3, MAX_BLOCK, strict=True))
+                or block3[0] * block3[1] * block3[2] > MAX_THREADS_PER_BLOCK
+            ):
                 raise drv.fail(drv.LogicError, routine, INVALID_VALUE, f"grid {grid3} block {block3}", "bad-dimensions")
             if shared > MAX_SHARED_PER_BLOCK:
-                raise drv.fail(drv.LogicError, routine, INVALID_VALUE, f"{shared} bytes of shared memory",
-                               "bad-dimensions")
+                raise drv.fail(
+                    drv.LogicError, routine, INVALID_VALUE, f"{shared} bytes of shared memory", "bad-dimensions"
+                )
             sizes = self.param_sizes
             if sizes is not None and len(buffer) != param_bytes(sizes):
-                raise drv.fail(drv.LogicError, routine, INVALID_VALUE,
-                               f"{self.name} takes {param_bytes(sizes)} bytes of parameters {sizes}, "
-                               f"got {len(buffer)}", "argument-size")
+                raise drv.fail(
+                    drv.LogicError,
+                    routine,
+                    INVALID_VALUE,
+                    f"{self.name} takes {param_bytes(sizes)} bytes of parameters {sizes}, got {len(buffer)}",
+                    "argument-size",
+                )
             # The parameters as the kernel reads them: raw bytes at their natural offsets.
-            args = tuple(buffer[o : o + n] for o, n in zip(param_offsets(sizes), sizes, strict=True)) \
-                if sizes is not None else (buffer,)
+            args = (
+                tuple(buffer[o : o + n] for o, n in zip(param_offsets(sizes), sizes, strict=True))
+                if sizes is not None
+                else (buffer,)
+            )
             drv.launches.append((self.plain_name, grid3, block3, args))
             globals_ = {n: r.base for n, r in self.module._globals.items()}
             fn = emu.emulation_for(self.plain_name, globals_)

@@ -18,8 +18,25 @@ from ..images import PTX_ENTRY, PTX_VAR, ImageSymbols, cubin_symbols, ptx_symbol
 if TYPE_CHECKING:
     from elftools.elf.sections import SymbolTableSection
 
-_PTX_TYPE_SIZES = {"b8": 1, "u8": 1, "s8": 1, "pred": 1, "b16": 2, "u16": 2, "s16": 2, "f16": 2, "bf16": 2,
-                   "b32": 4, "u32": 4, "s32": 4, "f32": 4, "b64": 8, "u64": 8, "s64": 8, "f64": 8}
+_PTX_TYPE_SIZES = {
+    "b8": 1,
+    "u8": 1,
+    "s8": 1,
+    "pred": 1,
+    "b16": 2,
+    "u16": 2,
+    "s16": 2,
+    "f16": 2,
+    "bf16": 2,
+    "b32": 4,
+    "u32": 4,
+    "s32": 4,
+    "f32": 4,
+    "b64": 8,
+    "u64": 8,
+    "s64": 8,
+    "f64": 8,
+}
 _PARAM = re.compile(r"\.param\s+(?:\.align\s+\d+\s+)?\.(\w+)\s+(?:\.ptr\S*\s+)?[\w$%]+(?:\[(\d+)\])?")
 
 
@@ -92,8 +109,11 @@ def read_cubin(image: bytes) -> FakeImage:
         if sym.name in syms.globals:
             section = elf.get_section(sym["st_shndx"])
             size = syms.globals[sym.name]
-            data = bytes(size) if section["sh_type"] == "SHT_NOBITS" else \
-                section.data()[sym["st_value"] : sym["st_value"] + size]
+            data = (
+                bytes(size)
+                if section["sh_type"] == "SHT_NOBITS"
+                else section.data()[sym["st_value"] : sym["st_value"] + size]
+            )
             globals_[sym.name] = bytes(data)
     return FakeImage(kernels, globals_, syms.arch)
 
@@ -119,9 +139,11 @@ def read_ptx(image: bytes) -> FakeImage:
     syms = ptx_symbols(image)
     text = ptx_text(image)
     kernels: dict[str, tuple[int, ...] | None] = {
-        m.group(1): tuple(_PTX_TYPE_SIZES.get(p.group(1), 0) * int(p.group(2) or 1)
-                          for p in _PARAM.finditer(m.group(2) or ""))
-        for m in PTX_ENTRY.finditer(text)}
+        m.group(1): tuple(
+            _PTX_TYPE_SIZES.get(p.group(1), 0) * int(p.group(2) or 1) for p in _PARAM.finditer(m.group(2) or "")
+        )
+        for m in PTX_ENTRY.finditer(text)
+    }
     globals_: dict[str, bytes] = {}
     for _vec, type_name, name, _dims, init in PTX_VAR.findall(text):
         size = syms.globals[name]

@@ -48,9 +48,19 @@ def _check(name: str, args: tuple[bytes, ...], kinds: str) -> list[Any]:
     p pointer (uint64), b/h/i/q signed, B/H/I/Q unsigned, f float32, d float64."""
     if len(args) != len(kinds):
         raise IllegalAddress(f"{name}: expected {len(kinds)} parameters, got {len(args)}")
-    dtypes = {"p": np.uint64, "b": np.int8, "h": np.int16, "i": np.int32, "q": np.int64,
-              "B": np.uint8, "H": np.uint16, "I": np.uint32, "Q": np.uint64,
-              "f": np.float32, "d": np.float64}
+    dtypes = {
+        "p": np.uint64,
+        "b": np.int8,
+        "h": np.int16,
+        "i": np.int32,
+        "q": np.int64,
+        "B": np.uint8,
+        "H": np.uint16,
+        "I": np.uint32,
+        "Q": np.uint64,
+        "f": np.float32,
+        "d": np.float64,
+    }
     out = []
     for i, (raw, k) in enumerate(zip(args, kinds, strict=True)):
         want = np.dtype(dtypes[k])
@@ -99,8 +109,10 @@ def local_reverse(mem: Memory, launch: Launch) -> None:
     out, src, offset, n, block = _check("local_reverse", launch.args, "ppQii")
     n, block, offset = int(n), int(block), int(offset)
     if offset + 4 * block > launch.shared:
-        raise IllegalAddress(f"local_reverse: scratch at shared offset {offset} for {block} ints "
-                             f"overruns the launch's {launch.shared} bytes of dynamic shared memory")
+        raise IllegalAddress(
+            f"local_reverse: scratch at shared offset {offset} for {block} ints "
+            f"overruns the launch's {launch.shared} bytes of dynamic shared memory"
+        )
     if block > launch.block[0]:
         raise IllegalAddress("local_reverse: block parameter exceeds the launched block size")
     for group in range(launch.grid[0]):
@@ -178,9 +190,13 @@ def duration(launch: Launch) -> float:
 def emulation_for(name: str, globals_: dict[str, int]) -> Callable[[Memory, Launch], None] | None:
     """The emulation of kernel ``name``, if the module has the globals it uses."""
     fn = EMULATIONS.get(name)
-    needs = {"bump": ("counter",), "nvptx$device$init": ("ctor_value", "ctor_runs"),
-             "nvptx$device$fini": ("dtor_out", "ctor_runs"), "get_state": ("ctor_value", "ctor_runs"),
-             "set_dtor_out": ("dtor_out",)}.get(name, ())
+    needs = {
+        "bump": ("counter",),
+        "nvptx$device$init": ("ctor_value", "ctor_runs"),
+        "nvptx$device$fini": ("dtor_out", "ctor_runs"),
+        "get_state": ("ctor_value", "ctor_runs"),
+        "set_dtor_out": ("dtor_out",),
+    }.get(name, ())
     if fn is None or any(g not in globals_ for g in needs):
         return None
     return fn

@@ -16,9 +16,12 @@ CUDA_ERROR_INVALID_VALUE = 1
 CUDA_ERROR_INVALID_CONTEXT = 201
 CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712
 CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED = 713
-_TEXT = {CUDA_ERROR_INVALID_VALUE: b"invalid argument", CUDA_ERROR_INVALID_CONTEXT: b"invalid device context",
-         CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED: b"part or all of the requested memory range is already mapped",
-         CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED: b"pointer does not correspond to a registered memory region"}
+_TEXT = {
+    CUDA_ERROR_INVALID_VALUE: b"invalid argument",
+    CUDA_ERROR_INVALID_CONTEXT: b"invalid device context",
+    CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED: b"part or all of the requested memory range is already mapped",
+    CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED: b"pointer does not correspond to a registered memory region",
+}
 
 
 def _value(arg: Any) -> int:
@@ -43,8 +46,10 @@ class FakeLibcuda:
             return CUDA_SUCCESS
 
     def cuMemHostRegister_v2(self, ptr: Any, size: Any, flags: Any) -> int:  # noqa: N802 - the C name
-        return self._call("cuMemHostRegister", lambda ctx: self._drv._register(
-            "cuMemHostRegister", ctx, _value(ptr), _value(size), None))
+        return self._call(
+            "cuMemHostRegister",
+            lambda ctx: self._drv._register("cuMemHostRegister", ctx, _value(ptr), _value(size), None),
+        )
 
     def cuMemHostGetDevicePointer_v2(self, out: Any, ptr: Any, flags: Any) -> int:  # noqa: N802
         def body(ctx: Any) -> None:
@@ -60,7 +65,8 @@ class FakeLibcuda:
         region = drv.memory.find_live(_value(ptr))
         if region is None or region.kind != "registered" or region.base != _value(ptr):
             drv.violations.append(
-                ("not-registered", f"cuMemHostUnregister: 0x{_value(ptr):x} is not a registered base"))
+                ("not-registered", f"cuMemHostUnregister: 0x{_value(ptr):x} is not a registered base")
+            )
             return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED
         return self._call("cuMemHostUnregister", lambda ctx: drv._release_region(region))
 
