@@ -64,7 +64,7 @@ def extensions() -> list[Extension]:
         )  # memory.pxd extends _buffer's type
         for path in COMPILED
     ]
-    return exts + cythonize(
+    compiled = cythonize(
         modules,
         build_dir="build/cython",
         quiet=True,
@@ -76,6 +76,9 @@ def extensions() -> list[Extension]:
             "embedsignature": True,
         },
     )
+    for ext in compiled:  # cythonize makes new Extensions, and drops `optional` on the way
+        ext.optional = True
+    return exts + compiled
 
 
 setup(ext_modules=extensions())
