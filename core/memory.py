@@ -39,7 +39,7 @@ from .checks import MAX_SIZE, check_kind, check_size
 from .locks import check_not_reentered, defer, held_by_me, run_deferred
 from .locks import pending as _pending
 from .pool import Block, CachingAllocator
-from .queue_core import QueueCore, running_host_function
+from .queue_core import QueueCore, clear_users, running_host_function, users_of
 from . import runtime as _runtime
 from .views import TypedView, dlpack_device, host_holder, layout
 from .runtime import CLOSING, LIVE, Runtime, active, dead_runtime_error, warn_teardown
@@ -65,7 +65,7 @@ class Allocation(bufferbase.BufferBase):
     # Fixed at creation: size, kind, device, context, origin, owned, pool_block, source_pool.
     # Guarded by the registry's lock (``context.rt.registry.lock``): live, exportable (BufferBase),
     # dl_exports, owner; a free's claim reads the export counts under it (see ``_claim``).
-    # ``users`` is guarded by the locks of the queues that record themselves in it.
+    # ``users`` is guarded by pyoffload.queue_core._users_lock (record_user, users_of, clear_users).
     __slots__ = (
         "size",
         "kind",
@@ -121,7 +121,7 @@ class Allocation(bufferbase.BufferBase):
             raise InvalidArgumentError(f"release: {self!r} was released already")
         if self.export_count or self.dl_exports:
             raise InvalidArgumentError(f"release: {self!r} is still exported {self.exports} time(s)")
-        for queue, seq in list((self.users or {}).items()):
+        for queue, seq in users_of(self):
             if queue.live:
                 queue.wait_done(seq)
         unregister(self.context.rt, self)
@@ -550,7 +550,7 @@ def _free(target: Allocation | int, kind: AllocKind | None) -> None:
     rt = alloc.context.rt
     with rt.registry.lock:
         _claim_locked(alloc, "free")
-        users = alloc.users
+        users = users_of(alloc)
         forgotten = False if users else _forget_locked(rt, alloc)
     if users:
         try:
@@ -561,7 +561,7 @@ def _free(target: Allocation | int, kind: AllocKind | None) -> None:
             raise
         release(alloc)
     else:
-        alloc.users = None
+        clear_users(alloc)
         if forgotten:
             _forgotten(rt, alloc)
         block = alloc.pool_block
@@ -571,14 +571,14 @@ def _free(target: Allocation | int, kind: AllocKind | None) -> None:
         run_deferred()
 
 
-def _wait_or_defer(alloc: Allocation, users: dict[QueueCore, int]) -> bool:
+def _wait_or_defer(alloc: Allocation, users: list[tuple[QueueCore, int]]) -> bool:
     """Wait for the users of ``alloc``; ``True`` if the release had to be deferred instead."""
     running = running_host_function()
-    for queue, seq in list(users.items()):
+    for queue, seq in users:
         if running is not None and running[0] is queue and seq > running[1]:
-            queue.after(seq, lambda: release(alloc))
+            queue.after(seq, partial(release, alloc))
             return True
-    for queue, seq in list(users.items()):
+    for queue, seq in users:
         if queue.live:
             queue.settle(seq)
     return False
@@ -588,7 +588,7 @@ def release(alloc: Allocation, queue: QueueCore | None = None, seq: int = 0) -> 
     """Return a claimed allocation's block to its pool (stream-ordered on ``queue`` after ``seq``)
     and forget it."""
     block, pool = alloc.pool_block, alloc.source_pool
-    alloc.users = None
+    clear_users(alloc)
     unregister(alloc.context.rt, alloc)
     if block is not None and pool is not None:
         pool.give(block, queue, seq)

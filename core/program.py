@@ -46,7 +46,7 @@ from .errors import (
 )
 from .checks import check_size
 from .memory import Allocation, register_external, unregister
-from .queue_core import EXIT_WAIT_SECONDS, QueueCore
+from .queue_core import EXIT_WAIT_SECONDS, QueueCore, users_of
 from .runtime import warn_teardown
 from .transfer import memcpy
 
@@ -165,9 +165,9 @@ class Program:
 
     def _release(self, at_exit: bool) -> None:
         # Launches of our kernels, and copies, fills and launches that use our globals.
-        users = dict(self.users)
+        users = dict(users_of(self))
         for g in list(self._globals.values()):
-            for queue, seq in list((g.allocation.users or {}).items()):
+            for queue, seq in users_of(g.allocation):
                 if seq > users.get(queue, 0):
                     users[queue] = seq
         try:

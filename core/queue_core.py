@@ -60,6 +60,19 @@ _POLL_AFTER = 8
 _users_lock = threading.Lock()
 
 
+def users_of(obj: Any) -> list[tuple[QueueCore, int]]:
+    """A snapshot of the users of ``obj`` (queue, last operation's sequence number)."""
+    with _users_lock:
+        users = obj.users
+        return list(users.items()) if users else []
+
+
+def clear_users(obj: Any) -> None:
+    """Forget the users of ``obj`` (freed or released: nothing waits for them any more)."""
+    with _users_lock:
+        obj.users = None
+
+
 def record_user(obj: Any, queue: QueueCore, seq: int) -> None:
     """Record operation ``seq`` of ``queue`` as a user of ``obj`` (an allocation or a program),
     so that its free or unload waits for it."""

@@ -37,7 +37,7 @@ from .errors import InvalidArgumentError, InvalidSizeError, NotFoundError, Unsup
 from .checks import check_size
 from .memory import Allocation
 from .pinning import find_pinned
-from .queue_core import QueueCore
+from .queue_core import QueueCore, record_user, users_of
 from .runtime import LIVE, active, dead_runtime_error
 
 STAGING_CHUNK = 8 << 20
@@ -135,7 +135,7 @@ def _wait_for_users(*ends: End) -> None:
     for end in ends:
         alloc = end.alloc
         if alloc is not None and alloc.users:
-            for queue, seq in list(alloc.users.items()):
+            for queue, seq in users_of(alloc):
                 if seq > queue.done and queue.live:
                     queue.wait_done(seq)
 
@@ -143,11 +143,7 @@ def _wait_for_users(*ends: End) -> None:
 def _record_use(end: End, queue: QueueCore, seq: int) -> None:
     alloc = end.alloc
     if alloc is not None:  # external memory too: a program's unload waits for users of its globals
-        users = alloc.users
-        if users is None:
-            alloc.users = {queue: seq}
-        else:
-            users[queue] = seq
+        record_user(alloc, queue, seq)
 
 
 def _check_queue(queue: Any, d: End, s: End | None, what: str) -> bool:
@@ -273,13 +269,9 @@ def _copy_on(queue: QueueCore, d: End, s: End, size: int, now: bool = False) -> 
         if direct:
             return None  # no direct path after all (or overlapping ranges): staged
         raise
-    for end in (d, s):  # _record_use, inline
-        alloc = end.alloc
-        if alloc is not None:
-            if alloc.users is None:
-                alloc.users = {queue: seq}
-            else:
-                alloc.users[queue] = seq
+    for end in (d, s):
+        if end.alloc is not None:
+            record_user(end.alloc, queue, seq)
     if now and seq > queue.done:
         queue.wait_until(seq)
     return seq
