@@ -25,6 +25,9 @@ COMPILED = [
     "core/addresses/intervals.py",
     "core/pool.py",
     "core/memory.py",
+    "core/queue_core.py",
+    "core/launch.py",
+    "core/queue.py",
 ]
 
 # Their declarations (Cython's "augmenting .pxd" files beside them): extension types and typed

@@ -254,8 +254,9 @@ if [ "$MODE" = test ]; then
     if [ "$(cat .venv-pure/.setup-stamps/pure 2>/dev/null)" = "$hash" ]; then
       done_ "up to date"
     else
-      run env CC=false CXX=false LDSHARED=false .venv-pure/bin/python -m pip install --force-reinstall --no-deps . ./plugins/opencl
-      run .venv-pure/bin/python -m pip install ".[test]" ./plugins/opencl
+      nocc=(env CC=false CXX=false LDSHARED=false)  # what a machine without a compiler has
+      run "${nocc[@]}" .venv-pure/bin/python -m pip install --force-reinstall --no-deps . ./plugins/opencl
+      run "${nocc[@]}" .venv-pure/bin/python -m pip install ".[test]" ./plugins/opencl
       if .venv-pure/bin/python -c "import pyoffload.memory as m, sys; sys.exit(not m.__file__.endswith('.py'))"; then
         mkdir -p .venv-pure/.setup-stamps
         echo "$hash" >.venv-pure/.setup-stamps/pure

@@ -15,7 +15,9 @@ DOC = (ROOT / "docs" / "errors.md").read_text()
 def _bad_input_rows() -> dict[str, tuple[str, str]]:
     """``{row id: (exception class name, errc name or "None")}`` from the bad-input table."""
     source = (ROOT / "tests" / "reliability" / "test_bad_input.py").read_text()
-    return {m[0]: (m[1], m[2].removeprefix("Errc.")) for m in re.findall(r'Row\("([^"]+)", (\w+), ([\w.]+)', source)}
+    return {
+        m[0]: (m[1], m[2].removeprefix("Errc.")) for m in re.findall(r'Row\(\s*"([^"]+)",\s*(\w+),\s*([\w.]+)', source)
+    }
 
 
 def test_every_documented_failure_is_tested_with_that_errc():

@@ -107,7 +107,9 @@ for name in names:
         q.destroy()
         other.wait()
 print("interrupted", total, "times")
-assert total > 100, total
+import pyoffload.queue_core
+# Compiled modules have no lines to trace (the rows of the install without a compiler sweep them).
+assert total > 100 or not pyoffload.queue_core.__file__.endswith(".py"), total
 other.destroy()
 a.free()
 prog.unload()
