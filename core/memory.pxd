@@ -22,7 +22,6 @@ cdef class Allocation(bufferbase.BufferBase):
     cdef public CachingAllocator source_pool
     cdef public object users
     cdef public Py_ssize_t dl_exports
-    cdef public bint prepared
     cdef object __weakref__
 
 

@@ -79,7 +79,6 @@ class Allocation(bufferbase.BufferBase):
         "source_pool",
         "users",
         "dl_exports",
-        "prepared",
         "__weakref__",
     )
 
@@ -95,7 +94,6 @@ class Allocation(bufferbase.BufferBase):
     source_pool: CachingAllocator | None
     users: dict[QueueCore, int] | None  # queue -> sequence number of the last operation using it
     dl_exports: int  # DLPack exports of memory the buffer protocol does not count (device memory)
-    prepared: bool  # a prepared launch uses it (its free moves the runtime's epoch)
 
     teardown_rank = 2
 
@@ -295,7 +293,7 @@ def allocate(
     alloc = Allocation.__new__(Allocation)
     alloc.ptr, alloc.size, alloc.kind, alloc.device, alloc.context = ptr, size, kind, device, ctx
     alloc.origin = origin() if tracker.on else None
-    alloc.owned, alloc.owner, alloc.live, alloc.prepared = True, None, True, False
+    alloc.owned, alloc.owner, alloc.live = True, None, True
     alloc.pool_block, alloc.source_pool, alloc.users, alloc.dl_exports = block, pool, None, 0
     alloc.nbytes, alloc.exportable = size, exportable
     space = ctx.plugin.name
@@ -353,7 +351,7 @@ def register_external(
     size = check_size(size)
     alloc = Allocation.__new__(Allocation)
     alloc.ptr, alloc.size, alloc.kind, alloc.device, alloc.context = ptr, size, kind, device, ctx
-    alloc.origin, alloc.owned, alloc.owner, alloc.live, alloc.prepared = None, False, owner, True, False
+    alloc.origin, alloc.owned, alloc.owner, alloc.live = None, False, owner, True
     alloc.pool_block, alloc.source_pool, alloc.users, alloc.dl_exports = None, None, None, 0
     alloc.nbytes, alloc.exportable = size, kind is not AllocKind.DEVICE or (device is not None and device.host_memory)
     clash = rt.registry.insert(ptr, ptr + size, alloc, True)

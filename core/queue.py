@@ -298,9 +298,7 @@ class PreparedLaunch:
         self.grid = grid
         self.block = block
         self.args = args
-        self._allocs = allocs
-        for a in allocs:
-            a.prepared = True  # its free moves the epoch (the fast path of free moves it only then)
+        self._allocs = allocs  # every free moves the runtime's epoch, so the next call re-checks them
         self._fast = fast
         self._binder = bind
         self._checked: tuple[int, Callable[[], None]] = (-1, self._through_hook)
