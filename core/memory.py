@@ -308,6 +308,7 @@ def allocate(
         if clash:
             _place_aside(rt, alloc, pool, queue, space)
     except BaseException:
+        _unregister_if_mine(rt, alloc)  # an interrupt may have come after the insert
         pool.give(alloc.pool_block)
         raise
     ctx.owned_objects[id(alloc)] = alloc
@@ -354,12 +355,34 @@ def register_external(
     alloc.origin, alloc.owned, alloc.owner, alloc.live = None, False, owner, True
     alloc.pool_block, alloc.source_pool, alloc.users, alloc.dl_exports = None, None, None, 0
     alloc.nbytes, alloc.exportable = size, kind is not AllocKind.DEVICE or (device is not None and device.host_memory)
-    clash = rt.registry.insert(ptr, ptr + size, alloc, True)
-    if clash:
-        raise InvalidArgumentError(
-            f"memory at 0x{ptr:x}+{size} overlaps {clash[0][2]!r}, which pyoffload already knows"
-        )
-    return alloc
+    try:
+        clash = rt.registry.insert(ptr, ptr + size, alloc, True)
+        if clash:
+            raise InvalidArgumentError(
+                f"memory at 0x{ptr:x}+{size} overlaps {clash[0][2]!r}, which pyoffload already knows"
+            )
+        return alloc
+    except BaseException:
+        _unregister_if_mine(rt, alloc)  # an interrupt may have come after the insert
+        raise
+
+
+def _unregister_if_mine(rt: Runtime, alloc: Allocation) -> None:
+    """After an exception during a registration: forget ``alloc`` if it got in, and count the
+    live allocations per backend again (the exception may have come between the two updates)."""
+    registry = rt.registry
+    with registry.lock:
+        hit = registry.get(alloc.ptr)
+        if hit is not None and hit[1] is alloc:
+            registry.remove_locked(alloc.ptr)
+        counts: dict[str, int] = {}
+        for _, _, other in registry.items():
+            if other.owned and other.live:
+                space = other.context.plugin.name
+                counts[space] = counts.get(space, 0) + 1
+        live = rt.live_per_space
+        live.clear()
+        live.update(counts)
 
 
 def unregister(rt: Runtime, alloc: Allocation) -> None:

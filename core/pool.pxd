@@ -55,6 +55,7 @@ cdef class CachingAllocator:
     @cython.locals(free=list)
     cdef _put(self, Block block)
     cdef _unlist(self, Block block)
+    cpdef _repair(self)
     cdef Block _best_fit(self, need, queue)
     cdef Block _use(self, Block block, need)
     cpdef Py_ssize_t _coalesce(self) except -1

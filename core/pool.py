@@ -174,26 +174,26 @@ class CachingAllocator:
         need = (size + ROUND - 1) & ~(ROUND - 1)
         with lock:
             bound = self.max_request
-            if bound is not None and (bound == 0 or size > bound):
-                pooled = False
-            else:
-                pooled = True
-                free = self._lists.get(need)
-                if free:
-                    block = free[-1]
-                    if block.queue is None or block.usable_by(queue):
-                        free.pop()
-                        if not free:
-                            del self._sizes[bisect_left(self._sizes, need)]
-                        self.hits += 1
-                        return self._use(block, need)
-                fit = self._best_fit(need, queue)
+            pooled = bound is None or (bound != 0 and size <= bound)
+            if pooled:
+                try:
+                    free = self._lists.get(need)
+                    if free:
+                        block = free[-1]
+                        if block.queue is None or block.usable_by(queue):
+                            free.pop()
+                            if not free:
+                                del self._sizes[bisect_left(self._sizes, need)]
+                            self.hits += 1
+                            return self._use(block, need)
+                    fit = self._best_fit(need, queue)
+                    if fit is None and self._coalesce():
+                        fit = self._best_fit(need, queue)
+                except BaseException:
+                    self._repair()
+                    raise
                 if fit is not None:
                     return fit
-                if self._coalesce():
-                    fit = self._best_fit(need, queue)
-                    if fit is not None:
-                        return fit
         if not pooled:
             return self._unpooled(size)
         return self._grow(need)
@@ -204,15 +204,18 @@ class CachingAllocator:
             self._release_unpooled(block)
             return
         with self._lock:
-            block.queue = queue
-            block.seq = seq
-            self.in_use -= block.size
-            self._put(block)
+            try:
+                block.queue, block.seq = queue, seq
+                self.in_use -= block.size
+                self._put(block)
+            except BaseException:
+                self._repair()
+                raise
 
     # -- the slow path (lock held unless said otherwise) --------------------------------------
 
     def _put(self, block: Block) -> None:
-        block.free = True
+        block.free = True  # on its list by the end of this call, or put there by _repair
         free = self._lists.get(block.size)
         if free is None:
             self._lists[block.size] = [block]
@@ -221,6 +224,20 @@ class CachingAllocator:
             if not free:  # kept, empty (see _lists)
                 insort(self._sizes, block.size)
             free.append(block)
+
+    def _repair(self) -> None:
+        """Rebuild the free lists from the segments' chains of blocks, their source of truth
+        (lock held): what an exception (a ``KeyboardInterrupt``) between two statements of an
+        update left half-done.  A block it stopped between two lists is free and listed again; a
+        block it stopped on its way out was never handed out, and is free again too."""
+        lists: dict[int, list[Block]] = {}
+        for segment in self._segments.values():
+            block = segment.first
+            while block is not None:
+                if block.free:
+                    lists.setdefault(block.size, []).append(block)
+                block = block.next
+        self._lists, self._sizes = lists, sorted(lists)
 
     def _unlist(self, block: Block) -> None:
         free = self._lists[block.size]
@@ -245,12 +262,12 @@ class CachingAllocator:
         """Mark ``block`` (off its list) in use for ``need`` bytes, splitting off the rest."""
         if block.size > need:
             rest = Block(block.ptr + need, block.size - need, block.segment)
-            rest.prev, rest.next = block, block.next
-            if block.next is not None:
-                block.next.prev = rest
-            block.next = rest
-            rest.queue, rest.seq = block.queue, block.seq
-            block.size = need
+            rest.prev, rest.next, rest.queue, rest.seq = block, block.next, block.queue, block.seq
+            # One statement: the chain and the sizes change together (an interrupt comes between
+            # statements, never inside one).
+            block.next, block.size = rest, need
+            if rest.next is not None:
+                rest.next.prev = rest
             self._put(rest)
         block.free = False
         block.queue = None
@@ -271,10 +288,13 @@ class CachingAllocator:
                 while nxt is not None and nxt.free and nxt.queue is block.queue:
                     self._unlist(block)
                     self._unlist(nxt)
-                    nxt.free = False  # merged away: no longer a block of its own
-                    block.size += nxt.size
-                    block.seq = max(block.seq, nxt.seq)
-                    block.next = nxt.next
+                    # One statement (see _use): nxt is merged away, no longer a block of its own.
+                    block.size, block.seq, block.next, nxt.free = (
+                        block.size + nxt.size,
+                        max(block.seq, nxt.seq),
+                        nxt.next,
+                        False,
+                    )
                     if nxt.next is not None:
                         nxt.next.prev = block
                     self._put(block)
@@ -313,8 +333,12 @@ class CachingAllocator:
         block = Block(base, seg_size, segment)
         segment.first = block
         with self._lock:
-            self._segments[base] = segment
-            return self._use(block, need)
+            try:
+                self._segments[base] = segment
+                return self._use(block, need)
+            except BaseException:
+                self._repair()
+                raise
 
     def _backend_alloc(self, size: int) -> int:
         """One backend allocation (lock not held)."""
@@ -364,19 +388,22 @@ class CachingAllocator:
     def trim(self, keep: int = 0) -> int:
         """Give cached segments that are wholly free (and complete) back to the backend until at
         most ``keep`` bytes stay cached; return the bytes released."""
+        victims: list[Segment] = []
         with self._lock:
-            self._coalesce()
-            victims = []
-            cached = self.reserved - self.in_use
-            for segment in list(self._segments.values()):
-                if cached <= keep:
-                    break
-                block = self._whole_free(segment)
-                if block is not None:
-                    self._unlist(block)
-                    del self._segments[segment.base]
-                    victims.append(segment)
-                    cached -= segment.size
+            try:
+                self._coalesce()
+                cached = self.reserved - self.in_use
+                for segment in list(self._segments.values()):
+                    if cached <= keep:
+                        break
+                    block = self._whole_free(segment)
+                    if block is not None:
+                        self._unlist(block)
+                        victims.append(self._segments.pop(segment.base))
+                        cached -= segment.size
+            except BaseException:
+                self._repair()
+                raise
         released = freed = 0
         try:
             for segment in victims:

@@ -86,6 +86,8 @@ class Program:
         self._globals: dict[str, GlobalVariable] = {}
         self._symbols: dict[str, SymbolDesc] | None = None
         self.users: dict[QueueCore, int] = {}  # queue -> its last launch of one of our kernels
+        self._committed = False  # an unload went past its waits: it completes, interrupted or not
+        self._done = 0  # steps of that unload completed (see _finish)
         self.handle = self.disp.load_binary_impl(context.handle, device.handle, data)
         self.state = LOADED
         try:
@@ -96,6 +98,7 @@ class Program:
             for name in init_fini.init if init_fini else ():
                 self._run_entry(name)
             self._register_globals()
+            device.plugin.pm.hook.program_loaded(program=self)
         except BaseException:
             # A failed load creates nothing: release the image without running destructors.
             for g in self._globals.values():
@@ -108,7 +111,6 @@ class Program:
             except Exception as exc:
                 warn_teardown("releasing a program whose constructor failed", exc)
             raise
-        device.plugin.pm.hook.program_loaded(program=self)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -143,17 +145,29 @@ class Program:
         observers, release the image.  Unloading twice is an ``INVALID_PROGRAM`` error; unloading
         while a global is exported (a view, memoryview, array or DLPack consumer of its
         ``allocation``) is an ``INVALID_ARGUMENT`` error that changes nothing; destructor failures
-        are warnings (the unload completes)."""
+        are warnings (the unload completes).  Interrupted (Ctrl-C) while it waits, the program
+        stays loaded; interrupted after, ``unload()`` again (or shutdown) finishes it."""
         with self._lock:
-            self.check_loaded()
-            exported = self._exported_globals()
+            resume = self.state is UNLOADING and self._committed
+            if not resume:
+                self.check_loaded()
+            exported = "" if resume else self._exported_globals()
             if exported:
                 raise InvalidArgumentError(
                     f"unload: {self!r} has globals still exported ({exported}: memoryviews, arrays, views, DLPack "
                     "consumers of their allocation); release them first"
                 )
             self.state = UNLOADING  # no new launch from here on (see Queue.launch)
-        self._release(at_exit=False)
+        try:
+            if resume:  # an unload that an interrupt stopped after its waits: finish it
+                self._finish(at_exit=False)
+            else:
+                self._release(at_exit=False)
+        except BaseException:
+            with self._lock:  # stopped before the unload went past its waits: still loaded
+                if self.state is UNLOADING and not self._committed:
+                    self.state = LOADED
+            raise
 
     def _exported_globals(self) -> str:
         """The globals with live exports, as ``'name' (n exports)``, comma-separated; empty if none."""
@@ -164,13 +178,13 @@ class Program:
         )
 
     def _release(self, at_exit: bool) -> None:
-        # Launches of our kernels, and copies, fills and launches that use our globals.
-        users = dict(users_of(self))
-        for g in list(self._globals.values()):
-            for queue, seq in users_of(g.allocation):
-                if seq > users.get(queue, 0):
-                    users[queue] = seq
         try:
+            # Launches of our kernels, and copies, fills and launches that use our globals.
+            users = dict(users_of(self))
+            for g in list(self._globals.values()):
+                for queue, seq in users_of(g.allocation):
+                    if seq > users.get(queue, 0):
+                        users[queue] = seq
             for queue, seq in users.items():
                 if queue.live:
                     if at_exit:
@@ -184,26 +198,40 @@ class Program:
             with self._lock:
                 self.state = LOADED
             raise
-        # From here on the unload completes; an interrupt is re-raised at the end.
+        # From here on the unload completes: each step below runs once, and an unload stopped
+        # between two of them (an interrupt) is resumed by the next unload() or by teardown.
+        self._committed = True
+        self._finish(at_exit)
+
+    def _finish(self, at_exit: bool) -> None:
+        """The unload's steps after its waits, each once (``_done`` counts those completed)."""
         interrupted: BaseException | None = None
-        for name in self._fini:
+        while self._done < len(self._fini):  # destructors, in order, each once
+            name = self._fini[self._done]
+            self._done += 1
             try:
                 self._run_entry(name)
             except KeyboardInterrupt as exc:
                 interrupted = exc
             except Exception as exc:
                 _warn(f"destructor {name!r} of {self!r} failed: {exc!r}")
-        try:
-            self.device.plugin.pm.hook.program_unloading(program=self)
-        except Exception as exc:
-            _warn(f"program_unloading observer failed for {self!r}: {exc!r}")
+        if self._done == len(self._fini):
+            self._done += 1
+            try:
+                self.device.plugin.pm.hook.program_unloading(program=self)
+            except KeyboardInterrupt as exc:
+                interrupted = exc
+            except Exception as exc:
+                _warn(f"program_unloading observer failed for {self!r}: {exc!r}")
         # Forget the globals' ranges before the image goes: once it is released, its addresses
         # may be reused at once by a program another thread loads.  Forgetting a global clears its
         # ``live`` and ``exportable`` first, so no export can start after the check below.
-        for g in self._globals.values():
+        # Forgetting is idempotent: a resumed unload forgets them again.
+        for g in list(self._globals.values()):
             unregister(self.rt, g.allocation)
-        exported = self._exported_globals()
-        try:
+        if self._done == len(self._fini) + 1:
+            self._done += 1
+            exported = self._exported_globals()
             if not exported:
                 self.disp.unload_binary_impl(self.device.handle, self.handle)
             elif not at_exit:
@@ -214,20 +242,26 @@ class Program:
                         "unmapped under them"
                     ),
                 )
-        finally:
-            self.state = UNLOADED
-            self.users.clear()
-            self.rt.untrack(self.rt.programs, self)
-            self.context.disown(self)
+        self.state = UNLOADED
+        self.users.clear()
+        self.rt.untrack(self.rt.programs, self)
+        self.context.disown(self)
         if interrupted is not None:
             raise interrupted
 
     def teardown(self, at_exit: bool) -> None:
         with self._lock:
-            if self.state is not LOADED:
+            if self.state is UNLOADING and self._committed:  # an interrupted unload: finish it
+                resume = True
+            elif self.state is not LOADED:
                 return
-            self.state = UNLOADING
-        self._release(at_exit)
+            else:
+                resume = False
+                self.state = UNLOADING
+        if resume:
+            self._finish(at_exit)
+        else:
+            self._release(at_exit)
 
     def __enter__(self) -> Program:
         return self
@@ -301,7 +335,11 @@ class Program:
                     alloc = register_external(
                         self.rt, int(addr), int(size), AllocKind.DEVICE, self.device, self.context, self
                     )
-                    g = self._globals[name] = GlobalVariable(self, name, alloc)
+                    try:  # recorded and known to the program together, or neither
+                        g = self._globals[name] = GlobalVariable(self, name, alloc)
+                    except BaseException:
+                        unregister(self.rt, alloc)
+                        raise
         return g
 
     def __repr__(self) -> str:

@@ -1,11 +1,16 @@
 """Interrupt a call at each line it runs: a ``KeyboardInterrupt`` raised by a trace function, as
 Ctrl-C would raise it between two lines.
 
-One kind of line event is skipped: the one a ``with`` statement's line gets again when its block
-is left, just before ``__exit__`` is called.  The interpreter never delivers a signal there (it
-checks for signals on entering a function, on backward jumps and after calls, and that point is
-none of these), while an exception raised there by a trace function would skip ``__exit__`` and
-leave the lock of every ``with lock:`` held: an artefact of tracing, not a place Ctrl-C can reach.
+Two kinds of line event are skipped, places where no code runs and so no Ctrl-C can arrive (the
+interpreter checks for signals on entering a function, on backward jumps and after calls):
+
+* the one a ``with`` statement's line gets again when its block is left, just before
+  ``__exit__`` is called;
+* the ``NOP`` of a ``try:`` line (Python 3.11 leaves it outside the exception table of an
+  enclosing ``with``).
+
+An exception raised at either by a trace function would skip ``__exit__`` and leave the lock of
+every ``with lock:`` held: an artefact of tracing, not a place Ctrl-C can reach.
 """
 
 from __future__ import annotations
@@ -51,20 +56,20 @@ def interrupt_each_line(fn: Callable[[], Any], modules: Iterable[str], limit: in
             sys.settrace(None)
         if not fired[0]:
             return interrupted
+
         interrupted += 1
     raise AssertionError(f"{fn!r} still ran more than {limit} lines")
 
 
 @functools.cache
 def _with_exits(code: CodeType) -> frozenset[int]:
-    """Offsets of the line starts in ``code`` that only call a ``with`` block's ``__exit__``
-    (``LOAD_CONST None`` three times, then a call of two arguments), leading ``SWAP`` or ``NOP``
-    skipped."""
-    ins = [i for i in dis.get_instructions(code) if i.opname not in ("CACHE", "PRECALL", "NOP")]
-    exits = set()
-    for k, start in enumerate(ins):
-        if start.starts_line is None or start.starts_line is False:
-            continue
+    """Offsets in ``code`` of the instructions that only call a ``with`` block's ``__exit__``
+    (``SWAP``/``COPY``, then ``LOAD_CONST None`` three times, then a call of two arguments): a line
+    event there, at a line start or after a jump, comes before ``__exit__``."""
+    every = list(dis.get_instructions(code))
+    exits: set[int] = {i.offset for i in every if i.opname == "NOP"}
+    ins = [i for i in every if i.opname not in ("CACHE", "PRECALL", "NOP")]
+    for k in range(len(ins)):
         j = k
         while j < len(ins) and ins[j].opname in ("SWAP", "COPY"):
             j += 1
@@ -75,5 +80,5 @@ def _with_exits(code: CodeType) -> frozenset[int]:
             and window[3].opname == "CALL"
             and window[3].arg == 2
         ):
-            exits.add(start.offset)
+            exits.update(i.offset for i in ins[k : j + 4])
     return frozenset(exits)

@@ -37,7 +37,7 @@ __all__ = ["LOAD", "RangeMap"]
 class RangeMap(Generic[V]):
     """``[base, end) -> value`` for non-overlapping ranges."""
 
-    __slots__ = ("_entries", "_index", "_to_add", "_to_remove", "lock")
+    __slots__ = ("_entries", "_index", "_to_add", "_to_remove", "_busy", "lock")
 
     def __init__(self) -> None:
         self.lock: AllocatorLock = allocator_lock()  # guards the map (a plain field: read on every alloc and free)
@@ -46,6 +46,10 @@ class RangeMap(Generic[V]):
         self._index = SortedIndex()  # the bases, sorted (blocks of at most 2 * LOAD)
         self._to_add: set[int] = set()  # in _entries, not yet in the index
         self._to_remove: set[int] = set()  # in the index, no longer in _entries
+        # True while an update runs: found True by the next one, the update was stopped half-way
+        # (an exception, a KeyboardInterrupt, between two statements) and the index is rebuilt
+        # from _entries, the source of truth.
+        self._busy = False
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -64,11 +68,21 @@ class RangeMap(Generic[V]):
 
     # -- the index --------------------------------------------------------------------------
 
+    def _begin(self) -> None:
+        """Start an update (lock held), first repairing what a stopped one left."""
+        if self._busy:
+            index = SortedIndex()
+            index.update((), sorted(self._entries))
+            self._index, self._to_add, self._to_remove = index, set(), set()
+        self._busy = True
+
     def _sync(self) -> None:
         """Bring the index up to date (lock held)."""
+        self._begin()
         self._index.update(self._to_remove, sorted(self._to_add))
         self._to_remove.clear()
         self._to_add.clear()
+        self._busy = False
 
     def _floor(self, x: int) -> int | None:
         """The largest indexed base <= ``x`` (lock held, index synced)."""
@@ -86,7 +100,7 @@ class RangeMap(Generic[V]):
         if hit is not None:  # the common case: a base address (one atomic dict read)
             return addr, hit[0], hit[1]
         with self.lock:
-            if self._to_add or self._to_remove:
+            if self._to_add or self._to_remove or self._busy:
                 self._sync()
             base = self._index.floor(addr)
             hit = None if base is None else self._entries.get(base)
@@ -100,7 +114,7 @@ class RangeMap(Generic[V]):
             return self._overlapping(base, end)
 
     def _overlapping(self, base: int, end: int) -> list[tuple[int, int, V]]:
-        if self._to_add or self._to_remove:
+        if self._to_add or self._to_remove or self._busy:
             self._sync()
         start = self._index.floor(base)
         found: list[tuple[int, int, V]] = []
@@ -131,11 +145,13 @@ class RangeMap(Generic[V]):
             over = self._overlapping(base, end)
             if over:
                 return over
+        self._begin()
         self._entries[base] = (end, value)
         if base in self._to_remove:
             self._to_remove.discard(base)  # still in the index: nothing to do
         else:
             self._to_add.add(base)
+        self._busy = False
         return []
 
     def remove(self, base: int) -> V:
@@ -146,19 +162,23 @@ class RangeMap(Generic[V]):
     def remove_locked(self, base: int) -> V:
         """:meth:`remove`, with ``lock`` held by the caller."""
         end, value = self._entries[base]
+        self._begin()
         if base in self._to_add:
             self._to_add.discard(base)  # never reached the index
         else:
             self._to_remove.add(base)
         del self._entries[base]
+        self._busy = False
         return value
 
     def clear(self) -> None:
         with self.lock:
+            self._busy = True
             self._entries.clear()
             self._index.clear()
             self._to_add.clear()
             self._to_remove.clear()
+            self._busy = False
 
     def reset_lock(self) -> None:
         """A fresh lock, for a child process after ``fork`` (the parent's may be held)."""
