@@ -26,6 +26,7 @@ from .bufferbase import BufferBase
 from .checks import check_size
 from .errors import InvalidArgumentError, InvalidSizeError
 from .locks import check_not_reentered, defer, held_by_me
+from .queue_core import users_of
 
 # Views sit below allocations (an Allocation makes its views), so they name it only as ``Any``.
 Allocation = Any
@@ -235,8 +236,7 @@ class TypedView:
                 self._device_export = _DeviceExport(a)
             except BufferError:
                 raise InvalidArgumentError(f"__cuda_array_interface__: {a!r} was freed") from None
-        users = a.users or {}
-        pending = [(seq, q) for q, seq in users.items() if q.live and seq > q.done]
+        pending = [(seq, q) for q, seq in users_of(a) if q.live and seq > q.done]
         stream = max(pending, key=lambda p: p[0])[1].native if pending else None
         return {
             "shape": self.shape,

@@ -3,6 +3,8 @@ stream of pending work, and cuda.core's stream protocol on queues."""
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 
@@ -27,6 +29,10 @@ def test_cuda_array_interface_v3(fake_runtime):
     assert cai["version"] == 3 and cai["shape"] == (8, 8) and cai["typestr"] == "<f4"
     assert cai["data"] == (a.ptr, False) and cai["strides"] is None
     assert cai["stream"] is None  # nothing pending on the memory
+    with pytest.raises(pyoffload.InvalidArgumentError, match="exported"):
+        a.free()  # a consumer of the interface keeps the view: the view counts an export
+    del view
+    gc.collect()
     a.free()
 
 
