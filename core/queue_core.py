@@ -92,7 +92,7 @@ class Marker:
     """
 
     # all guarded by the owning queue's _lock
-    __slots__ = ("seq", "handle", "pins", "owned", "retired", "ready")
+    __slots__ = ("seq", "handle", "pins", "owned", "retired", "ready", "failure")
 
     def __init__(self, seq: int, handle: Any, owned: bool = False) -> None:
         self.seq = seq
@@ -101,6 +101,9 @@ class Marker:
         self.owned = owned
         self.retired = False  # left the ledger
         self.ready = handle is not None  # recorded with the backend (False while in the backlog)
+        # What a wait on it raised: later waits raise the same failure, not the backend's next
+        # copy of it (a backend may raise a new exception object for one failure at every wait).
+        self.failure: OffloadError | None = None
 
 
 class _HostFunctionScope(threading.local):
@@ -677,12 +680,36 @@ class QueueCore:
             while not marker.ready:  # unpinned meanwhile: a marker is released only once ready
                 self._moved.wait()
             marker.pins += 1
+            failure = marker.failure
         try:
+            if failure is not None:  # reported already (by its events, and once queue-wide)
+                self._after_failure(marker)
+                return
             self._wait_marker(marker)
         except OffloadError as exc:
+            with self._lock:
+                if marker.failure is None:
+                    marker.failure = exc
+                exc = marker.failure
             self._work_failed(marker.seq, exc)
         finally:
             self._unpin(marker)
+
+    def _after_failure(self, marker: Marker) -> None:
+        """A later wait on a marker whose wait raised: wait until the queue has finished the failed
+        work (the backend's query says so: some answer only after a round trip), then move past
+        it.  The failure is not raised again here: the failed operations' events raise it, and
+        the next queue-wide wait once."""
+        delay = 0.0001
+        while True:
+            try:
+                if self.disp.queue_query_impl(self.dh, self.handle):
+                    break
+            except OffloadError:
+                pass  # the failure again: the work is still finishing, or has
+            time.sleep(delay)
+            delay = min(delay * 2, 0.01)
+        self._advance(marker.seq)
 
     def _work_failed(self, upto: int, exc: OffloadError) -> None:
         """A wait for the operations up to ``upto`` raised ``exc`` (the backend reports a failure

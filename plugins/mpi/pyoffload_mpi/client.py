@@ -88,6 +88,7 @@ class RemoteQueue:
         "deferred",
         "moving",
         "synchronised_failures",
+        "raised_by",
         "computing",
         "copying",
     )
@@ -108,6 +109,10 @@ class RemoteQueue:
         # failures a synchronisation raised: later synchronisations do not raise them again (the
         # server's events of the same stretch of work keep reporting them)
         self.synchronised_failures: set[int] = set()
+        # failure id -> the event whose wait raised it first: a failure that a wait has raised is
+        # not raised again by the waits of other events (the hook contract), however late the
+        # server's report of it reached this rank
+        self.raised_by: dict[int, int] = {}
 
 
 class RemoteEvent:
@@ -131,8 +136,12 @@ def raise_failure(event: RemoteEvent) -> None:
     queue no longer carry it (the hook contract: a failure is reported until a wait raised it)."""
     record = event.error
     assert record is not None
-    if event.queue.error is record:
-        event.queue.error = None
+    queue = event.queue
+    if queue.error is record:
+        queue.error = None
+    first = queue.raised_by.setdefault(record[4], event.eid)
+    if first != event.eid:
+        return  # raised already, by the wait of an earlier event
     raise rebuild(record)
 
 
