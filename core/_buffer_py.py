@@ -48,8 +48,10 @@ class BufferBase:
                 self._exports -= 1
             raise
 
-    def __release_buffer__(self, view: memoryview, /) -> None:
-        with _count_lock:
+    def __release_buffer__(self, view: memoryview, /, _lock: Any = _count_lock) -> None:
+        # (the lock bound at definition: a view released at interpreter exit, once this module's
+        # globals are gone, still finds it)
+        with _lock:
             self._exports -= 1
 
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
+from functools import partial
 from typing import Any, Protocol
 
 from .device import GenericDevice
 from .enums import AllocKind, MemoryConnection
 from .errors import Errc, InvalidArgumentError, InvalidHandleError, InvalidSizeError, got
+from .locks import defer, held_by_me
 from .pool import CachingAllocator
 from .queue_core import QueueCore
 from .runtime import dead_runtime_error, warn_teardown
@@ -224,6 +226,18 @@ class GenericContext:
                 queue.close(at_exit)
             except Exception as exc:
                 warn_teardown(f"closing {queue!r}", exc)
+        if self.platform.default_context_slot is self:
+            self.platform.default_context_slot = None
+        if any(held_by_me(pool.lock) for _, pool in pools):
+            # Closed by a finalizer that a garbage collection ran in the middle of one of these
+            # pools' updates, on this thread: release the memory once that update is done.
+            defer(partial(self._release_memory, pools))
+            return
+        self._release_memory(pools)
+
+    def _release_memory(self, pools: list[tuple[tuple[int, int], CachingAllocator]]) -> None:
+        """Give the pools' cached segments back and destroy the backend's context, unless memory
+        of it is still exported (then both are leaked, as the teardown warning said)."""
         leaked = 0
         for _, pool in pools:
             bases, kept = pool.release_all()
@@ -233,8 +247,6 @@ class GenericContext:
                     pool.backend_free(base)
                 except Exception as exc:
                     warn_teardown(f"releasing cached memory of {self!r}", exc)
-        if self.platform.default_context_slot is self:
-            self.platform.default_context_slot = None
         if leaked:
             # Memory of this context is still exported (it was leaked with a warning): destroying
             # the backend's context could unmap it under its consumer.  Leak the context too.
