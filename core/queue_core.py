@@ -672,12 +672,16 @@ class QueueCore:
             while seq > self.submitted and self.backlog is not None and seq <= self.seq:
                 self._ensure_drain_locked()
                 self._moved.wait()
-            if seq <= self.done or seq > self.seq:
-                return  # complete, or never enqueued (its enqueue failed)
-            marker = self._first_marker_locked(seq)
-            if marker is None:
-                marker = self.mark_locked()
-            while not marker.ready:  # unpinned meanwhile: a marker is released only once ready
+            while True:
+                if seq <= self.done or seq > self.seq:
+                    return  # complete, or never enqueued (its enqueue failed)
+                marker = self._first_marker_locked(seq)
+                if marker is None:
+                    marker = self.mark_locked()
+                if marker.ready:
+                    break
+                # Not recorded yet (in the backlog): wait, then look again, since meanwhile it may
+                # have completed, left the ledger and been released (the lock is not held here).
                 self._moved.wait()
             marker.pins += 1
             failure = marker.failure
