@@ -705,12 +705,7 @@ class QueueCore:
         it.  The failure is not raised again here: the failed operations' events raise it, and
         the next queue-wide wait once."""
         delay = 0.0001
-        while True:
-            try:
-                if self.disp.queue_query_impl(self.dh, self.handle):
-                    break
-            except OffloadError:
-                pass  # the failure again: the work is still finishing, or has
+        while not self.disp.queue_query_impl(self.dh, self.handle):  # a query that fails raises
             time.sleep(delay)
             delay = min(delay * 2, 0.01)
         self._advance(marker.seq)
