@@ -46,7 +46,7 @@ from .errors import (
 )
 from .checks import check_size
 from .memory import Allocation, register_external, unregister
-from .queue_core import EXIT_WAIT_SECONDS, QueueCore, users_of
+from .queue_core import EXIT_WAIT_SECONDS, QueueCore, clear_users, users_of
 from .runtime import warn_teardown
 from .transfer import memcpy
 
@@ -85,7 +85,8 @@ class Program:
         self._kernels: dict[str, Kernel] = {}
         self._globals: dict[str, GlobalVariable] = {}
         self._symbols: dict[str, SymbolDesc] | None = None
-        self.users: dict[QueueCore, int] = {}  # queue -> its last launch of one of our kernels
+        # queue -> its last launch of one of our kernels; under queue_core._users_lock
+        self.users: dict[QueueCore, int] | None = None
         self._committed = False  # an unload went past its waits: it completes, interrupted or not
         self._done = 0  # steps of that unload completed (see _finish)
         self.handle = self.disp.load_binary_impl(context.handle, device.handle, data)
@@ -243,7 +244,7 @@ class Program:
                     ),
                 )
         self.state = UNLOADED
-        self.users.clear()
+        clear_users(self)
         self.rt.untrack(self.rt.programs, self)
         self.context.disown(self)
         if interrupted is not None:

@@ -21,7 +21,7 @@ from .errors import InvalidArgumentError, got
 from .launch import Binder, binder, dimensions
 from .memory import Allocation, allocate, claim, release, unclaim
 from .program import Kernel
-from .queue_core import Marker, QueueCore, waiter
+from .queue_core import Marker, QueueCore, users_of, waiter
 from .transfer import memcpy, memfill
 
 
@@ -229,7 +229,7 @@ class Queue(QueueCore):
         try:
             if alloc.context is not self.context:
                 raise InvalidArgumentError(f"free_async: {alloc!r} is not in the queue's context {self.context!r}")
-            self._wait_for_operations([(q, s) for q, s in (alloc.users or {}).items() if q.live])
+            self._wait_for_operations([(q, s) for q, s in users_of(alloc) if q.live])
         except BaseException:
             unclaim(alloc)
             raise

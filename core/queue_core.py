@@ -75,12 +75,13 @@ def clear_users(obj: Any) -> None:
 
 def record_user(obj: Any, queue: QueueCore, seq: int) -> None:
     """Record operation ``seq`` of ``queue`` as a user of ``obj`` (an allocation or a program),
-    so that its free or unload waits for it."""
+    so that its free or unload waits for it.  Threads record in any order: the entry keeps the
+    highest number, since waiting for an operation waits for every earlier one of its queue."""
     with _users_lock:
         users = obj.users
         if users is None:
             obj.users = {queue: seq}
-        else:
+        elif seq > users.get(queue, 0):
             users[queue] = seq
 
 
@@ -452,9 +453,12 @@ class QueueCore:
     def marker_for(self, seq: int) -> Marker | None:
         """A marker that completes no earlier than operation ``seq`` (and before any later
         dependency of the queue), pinned for the caller (who must ``unpin`` it), or ``None`` if
-        ``seq`` has completed or was never enqueued."""
+        ``seq`` has completed (a number beyond the last enqueued operation stands for that one,
+        as in :meth:`wait_until`)."""
         with self._lock:
-            if seq <= self.done or seq > self.seq:
+            if seq > self.seq:
+                seq = self.seq
+            if seq <= self.done:
                 return None
             marker = self._first_marker_locked(seq)
             if marker is None:
@@ -669,12 +673,17 @@ class QueueCore:
         """Block until operation ``seq`` has completed: on the first marker at or after it (see
         the module's docstring: never beyond a later dependency), recorded now if there is none."""
         with self._lock:
-            while seq > self.submitted and self.backlog is not None and seq <= self.seq:
+            # A number beyond the last enqueued operation was recorded by an enqueue that then
+            # failed (a launch records its uses before it checks them): it stands for everything
+            # enqueued before it, which may still be running.
+            if seq > self.seq:
+                seq = self.seq
+            while seq > self.submitted and self.backlog is not None:
                 self._ensure_drain_locked()
                 self._moved.wait()
             while True:
-                if seq <= self.done or seq > self.seq:
-                    return  # complete, or never enqueued (its enqueue failed)
+                if seq <= self.done:
+                    return
                 marker = self._first_marker_locked(seq)
                 if marker is None:
                     marker = self.mark_locked()

@@ -169,7 +169,7 @@ class TypedView:
                 raise BufferError(f"pyoffload copies DLPack exports only to the CPU, not to {tuple(dl_device)}")
             return self._host_copy().__dlpack__(stream=None, max_version=max_version)
         if stream != -1:  # the consumer wants queued work on the memory to be done
-            for queue, seq in list((a.users or {}).items()):
+            for queue, seq in users_of(a):
                 if queue.live:
                     queue.wait_done(seq)
         if a.host_accessible:

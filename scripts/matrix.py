@@ -28,6 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFORMANCE = ["-p", "pyoffload.testing", "--pyargs", "pyoffload.conformance"]
+PLUGINS = ROOT / "scripts" / "pytest_plugins"  # row_report, loaded into every row
 
 
 Row = tuple[str, dict[str, str], list[str], str | None, str, tuple[str, ...]]
@@ -157,6 +158,16 @@ def colour_options() -> tuple[dict[str, str], list[str]]:
     return {"NO_COLOR": "1", "PY_COLORS": "0", "PYTHON_COLORS": "0"}, ["--color=no"]
 
 
+def died_in(running: Path) -> str:
+    """For a row that ended without a result: the test it was running, as written by the
+    row_report plugin ("" if none had started)."""
+    try:
+        nodeid = running.read_text().strip()
+    except OSError:
+        return ""
+    return f", in {nodeid}" if nodeid else ""
+
+
 def count(junit: Path, backend: str | None) -> dict[str, int]:
     counts = {"passed": 0, "failed": 0, "skipped": 0, "backend_tests": 0}
     if not junit.exists():
@@ -192,7 +203,12 @@ def main() -> int:
                 results.append((name, None, reason))
                 continue
             junit = Path(tmp) / f"{name}.xml"
+            running = Path(tmp) / f"{name}.running"
             env = dict(os.environ, **colour_env, **env_extra)
+            # scripts/pytest_plugins/row_report.py: failures reported as they happen, and the test
+            # a row died in (see ``died_in``)
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PLUGINS), env.get("PYTHONPATH")]))
+            env["PYOFFLOAD_MATRIX_RUNNING"] = str(running)
             cmd = [
                 *launcher,
                 "-m",
@@ -200,6 +216,8 @@ def main() -> int:
                 "-q",
                 "-p",
                 "no:cacheprovider",
+                "-p",
+                "row_report",
                 f"--junitxml={junit}",
                 *colour_args,
                 *pytest_args,
@@ -223,6 +241,8 @@ def main() -> int:
                 problem = rc
             elif rc != 0:
                 problem = f"pytest exit status {rc}"
+            if problem and not junit.exists():
+                problem += died_in(running)
             elif total == 0:
                 problem = "no tests ran"
             elif backend and backend != "host" and c["backend_tests"] == 0:

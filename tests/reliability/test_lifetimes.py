@@ -12,6 +12,10 @@ from __future__ import annotations
 
 import gc
 import mmap
+import os
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 
@@ -275,6 +279,58 @@ def test_shutdown_while_another_thread_launches(fresh_runtime):
     err = errors[0]
     assert err.errc in (Errc.UNINITIALIZED, Errc.INVALID_PROGRAM, Errc.INVALID_QUEUE), err
     assert not isinstance(err, pyoffload.BackendError), "a raw backend failure escaped"
+
+
+UNLOAD_UNDER_LAUNCHES = textwrap.dedent("""
+    import sys, threading
+    import numpy as np
+    import pyoffload
+    from pyoffload import OffloadError
+
+    sys.setswitchinterval(1e-5)  # switch threads often: between a launch's steps too
+    dev = pyoffload.host_device()
+    image = dev.disp.conformance_images_impl(dev.handle)["kernels"]
+    out = dev.alloc(64)
+    q = dev.create_queue()
+    for _ in range(int(sys.argv[1])):
+        prog = dev.load_program(image)
+        spin = prog.kernel("sleep_spin")
+        started = threading.Event()
+        errors = []
+
+        def launcher():
+            try:
+                while True:
+                    q.launch(spin, 1, 1, [out, np.int64(20_000)])
+                    started.set()
+            except OffloadError as exc:
+                errors.append(exc)
+
+        t = threading.Thread(target=launcher)
+        t.start()
+        started.wait(10)
+        prog.unload()  # waits for the launches that got in; the one after it fails
+        t.join(10)
+        assert len(errors) == 1 and errors[0].errc is pyoffload.Errc.INVALID_PROGRAM, errors
+    q.wait()
+    print("ok")
+""")
+
+
+def test_unload_while_another_thread_launches_waits_for_every_launch_that_got_in():
+    """A launch that fails because the unload has begun still recorded itself as a user: the unload
+    must wait for the launches before it, which are running, and not take the failed one's number
+    for "nothing to wait for".  The image is unmapped by the unload: a kernel left running under it
+    crashes the process, so the rounds run in a child."""
+    env = dict(os.environ, PYOFFLOAD_PLUGINS="")
+    proc = subprocess.run(
+        [sys.executable, "-X", "faulthandler", "-c", UNLOAD_UNDER_LAUNCHES, "200"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
 
 
 def test_lock_holds_the_buffer_export(dev):
