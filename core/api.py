@@ -4,57 +4,31 @@
 layers above them (memory, programs, queues, pinning).  :func:`runtime` starts the runtime on
 first use: settings, plugin discovery, each backend's ``init_impl``, the device selector, then the
 platform and device objects, host device last.
-
-Finding devices needs none of the memory, program and queue layers (nor numpy behind them): they
-are imported when a device first allocates, loads or queues something.
 """
 
 from __future__ import annotations
 
-import importlib
 import operator
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import runtime as _runtime
+from .build import build
 from .context import GenericContext
 from .device import GenericDevice, Platform
 from .enums import AllocKind, DeviceType
 from .errors import NoDevicesError, NotFoundError
 from .hooks.discovery import HOST_BACKEND, Backend, PluginReport, load_backends
+from .memory import Allocation, allocate
+from .pinning import lock, unlock
+from .program import Program
+from .queue import Queue
 from .runtime import Runtime
 from .settings import Settings
 
 if TYPE_CHECKING:
     from .backend import PlatformDesc
-    from .build import build
-    from .memory import Allocation, allocate
-    from .pinning import lock, unlock
     from .pool import CachingAllocator, PoolStats
-    from .program import Program
-    from .queue import Queue
-
-
-def _on_first_call(module: str, name: str) -> Any:
-    """A stand-in for ``name`` of ``module`` (relative to this package): the first call imports
-    it and puts the real object in the stand-in's place here, so later calls go straight to it."""
-
-    def first_call(*args: Any, **kwargs: Any) -> Any:
-        value = getattr(importlib.import_module(module, __package__), name)
-        globals()[name] = value
-        return value(*args, **kwargs)
-
-    first_call.__name__ = first_call.__qualname__ = name
-    return first_call
-
-
-if not TYPE_CHECKING:
-    build = _on_first_call(".build", "build")
-    allocate = _on_first_call(".memory", "allocate")
-    lock = _on_first_call(".pinning", "lock")
-    unlock = _on_first_call(".pinning", "unlock")
-    Program = _on_first_call(".program", "Program")
-    Queue = _on_first_call(".queue", "Queue")
 
 
 class MemoryPool:

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import os
-import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -63,6 +61,8 @@ def _key(device: Any, source: str, options: tuple[str, ...], compiler: str) -> s
         list(options),
         source,
     ]
+    import json  # here, not at the top: devices() imports this module, and startup needs no json
+
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 
@@ -102,6 +102,8 @@ def build(device: Any, source: Any, options: Sequence[str] = (), cache: bool = T
 
 
 def _store(path: Path, image: bytes) -> None:
+    import tempfile  # here, not at the top: as json above
+
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")

@@ -46,8 +46,8 @@ from .errors import (
 )
 from .checks import check_size
 from .memory import Allocation, register_external, unregister
-from .queue_core import EXIT_WAIT_SECONDS, QueueCore, clear_users, users_of
-from .runtime import warn_teardown
+from .queue_core import QueueCore, clear_users, users_of
+from .runtime import EXIT_WAIT_SECONDS, warn_teardown
 from .transfer import memcpy
 
 LOADED, UNLOADING, UNLOADED = "loaded", "unloading", "unloaded"

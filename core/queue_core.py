@@ -48,9 +48,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import settings
+
 from .errors import BackendError, Errc, InvalidArgumentError, InvalidHandleError, OffloadError, UnsupportedError
-from .runtime import dead_runtime_error, exit_wait, warn_teardown
+from .runtime import EXIT_WAIT_SECONDS, dead_runtime_error, exit_wait, warn_teardown
 
 # Poll for completed markers on enqueue once this many holds or deferred actions are pending.
 _POLL_AFTER = 8
@@ -866,8 +866,3 @@ class QueueCore:
 
 def waiter(queue: QueueCore, seq: int) -> Callable[[], None]:
     return lambda: queue.wait_done(seq)
-
-
-EXIT_WAIT_SECONDS = float(settings.integer("PYOFFLOAD_EXIT_TIMEOUT", 10, minimum=0) or 0)
-"""How long interpreter exit waits for a queue's outstanding work before leaking it
-(``PYOFFLOAD_EXIT_TIMEOUT``, seconds)."""

@@ -33,6 +33,7 @@ from typing import Any, Protocol, TypeVar
 from .addresses.intervals import RangeMap
 from .errors import Errc, InvalidHandleError, OffloadError, TeardownWarning, got
 from .hooks.discovery import Backend, PluginReport
+from . import settings as _settings
 from .settings import Settings
 from .tracking import Tracker
 
@@ -290,6 +291,10 @@ def on_shutdown(callback: Callable[[], None]) -> Callable[[], None]:
 _shutdown_callbacks: list[Callable[[], None]] = []
 
 
+EXIT_WAIT_SECONDS = float(_settings.integer("PYOFFLOAD_EXIT_TIMEOUT", 10, minimum=0) or 0)
+"""How long interpreter exit waits for outstanding work before leaking it (``PYOFFLOAD_EXIT_TIMEOUT``,
+seconds): one budget for the whole exit (see ``exit_wait``)."""
+
 _exit_deadline = math.inf
 """When interpreter exit stops waiting for unfinished work: every wait of the exit teardown
 (a program's users, each queue) shares one ``PYOFFLOAD_EXIT_TIMEOUT``, rather than each taking it
@@ -307,8 +312,6 @@ def _atexit_teardown() -> None:
     install(None)
     if rt is None or rt.state is FORKED or rt.pid != os.getpid():
         return
-    from .queue_core import EXIT_WAIT_SECONDS
-
     _exit_deadline = time.monotonic() + EXIT_WAIT_SECONDS
     try:
         teardown(rt, at_exit=True)
