@@ -28,6 +28,10 @@ COMPILED = [
     "core/queue_core.py",
     "core/launch.py",
     "core/queue.py",
+    "core/transfer.py",
+    "core/program.py",
+    "core/api.py",
+    "core/context.py",
 ]
 
 # Their declarations (Cython's "augmenting .pxd" files beside them): extension types and typed
