@@ -6,7 +6,9 @@ cimport cython
 from pyoffload cimport bufferbase
 from pyoffload.locks cimport check_not_reentered, held_by_me
 from pyoffload.locks cimport pending as _pending
+from pyoffload.addresses.intervals cimport RangeMap
 from pyoffload.pool cimport Block, CachingAllocator
+from pyoffload.queue_core cimport clear_users, users_of
 
 
 cdef class Allocation(bufferbase.BufferBase):
@@ -25,7 +27,8 @@ cdef class Allocation(bufferbase.BufferBase):
     cdef object __weakref__
 
 
-@cython.locals(alloc=Allocation, pool=CachingAllocator, block=Block, exportable=bint, clash=list, live=dict)
+@cython.locals(alloc=Allocation, pool=CachingAllocator, block=Block, exportable=bint, clash=list, live=dict,
+               registry=RangeMap)
 cpdef allocate(ctx, device, size, kind, queue=*)
 
 @cython.locals(alloc=Allocation, pool=CachingAllocator, block=Block, users=object, forgotten=bint)
@@ -34,6 +37,7 @@ cpdef _free(target, kind)
 cpdef resolve(target, what, kind=*)
 cpdef _claim(alloc, what)
 cpdef _claim_locked(Allocation alloc, what)
+@cython.locals(registry=RangeMap)
 cpdef bint _forget_locked(rt, Allocation alloc) except -1
 cpdef _forgotten(rt, Allocation alloc)
 cpdef unregister(rt, alloc)

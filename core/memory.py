@@ -397,8 +397,9 @@ def _forget_locked(rt: Runtime, alloc: Allocation) -> bool:
     """:func:`unregister`'s part under the registry's lock; ``False`` if it was not registered."""
     alloc.live = False
     alloc.exportable = False
+    registry = rt.registry
     try:
-        rt.registry.remove_locked(alloc.ptr)
+        registry.remove_locked(alloc.ptr)
     except KeyError:
         return False
     if alloc.owned:
@@ -581,8 +582,7 @@ def _free(target: Allocation | int, kind: AllocKind | None) -> None:
             unclaim(alloc)
             raise
         release(alloc)
-    else:
-        clear_users(alloc)
+    else:  # no users to forget (a launch that recorded itself since failed: alloc.live is False)
         if forgotten:
             _forgotten(rt, alloc)
         block = alloc.pool_block

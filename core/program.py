@@ -46,7 +46,7 @@ from .errors import (
 )
 from .checks import check_size
 from .memory import Allocation, register_external, unregister
-from .queue_core import QueueCore, clear_users, users_of
+from .queue_core import QueueCore, users_of
 from .runtime import EXIT_WAIT_SECONDS, warn_teardown
 from .transfer import memcpy
 
@@ -85,8 +85,6 @@ class Program:
         self._kernels: dict[str, Kernel] = {}
         self._globals: dict[str, GlobalVariable] = {}
         self._symbols: dict[str, SymbolDesc] | None = None
-        # queue -> its last launch of one of our kernels; under queue_core._users_lock
-        self.users: dict[QueueCore, int] | None = None
         self._committed = False  # an unload went past its waits: it completes, interrupted or not
         self._done = 0  # steps of that unload completed (see _finish)
         self.handle = self.disp.load_binary_impl(context.handle, device.handle, data)
@@ -170,6 +168,11 @@ class Program:
                     self.state = LOADED
             raise
 
+    def _queues(self) -> list[QueueCore]:
+        """The runtime's queues (the ones that launch kernels)."""
+        with self.rt.lock:
+            return [q for q in self.rt.queues.values() if isinstance(q, QueueCore)]
+
     def _exported_globals(self) -> str:
         """The globals with live exports, as ``'name' (n exports)``, comma-separated; empty if none."""
         return ", ".join(
@@ -180,8 +183,14 @@ class Program:
 
     def _release(self, at_exit: bool) -> None:
         try:
-            # Launches of our kernels, and copies, fills and launches that use our globals.
-            users = dict(users_of(self))
+            # Launches of our kernels (each queue keeps its last one: read after the state says
+            # UNLOADING, so a launch not seen here fails), and copies, fills and launches that
+            # use our globals.
+            users: dict[QueueCore, int] = {}
+            for queue in self._queues():
+                seq = queue.last_launch_of(self)
+                if seq:
+                    users[queue] = seq
             for g in list(self._globals.values()):
                 for queue, seq in users_of(g.allocation):
                     if seq > users.get(queue, 0):
@@ -244,7 +253,8 @@ class Program:
                     ),
                 )
         self.state = UNLOADED
-        clear_users(self)
+        for queue in self._queues():
+            queue.last_launch_of(self, forget=True)
         self.rt.untrack(self.rt.programs, self)
         self.context.disown(self)
         if interrupted is not None:

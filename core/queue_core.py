@@ -34,10 +34,11 @@ fields of the queue's :class:`Marker` objects); backend enqueue hooks are called
 not block.  It is never held while waiting on the device or running user code.  Some fields are
 read without it as hints on fast paths (``done``, ``seq``, ``live``, ``failures``): each only
 moves one way, or is re-read under the lock before anything is decided from it.  ``_users_lock``
-guards the ``users`` dicts of allocations and programs (which queues use them, up to which
-operation).  Every update of the ledger is made so that an exception at any point (a
-``KeyboardInterrupt`` included) leaves it consistent: locks are taken with ``with``, counters
-that other threads wait on are restored in ``finally``.
+guards the ``users`` dicts of allocations (which queues use them, up to which operation); which
+programs a queue launched is the queue's own record, under its lock.  Every update of the ledger
+is made so that an exception at any point (a ``KeyboardInterrupt`` included) leaves it
+consistent: locks are taken with ``with``, counters that other threads wait on are restored in
+``finally``.
 """
 
 from __future__ import annotations
@@ -55,8 +56,8 @@ from .runtime import EXIT_WAIT_SECONDS, dead_runtime_error, exit_wait, warn_tear
 # Poll for completed markers on enqueue once this many holds or deferred actions are pending.
 _POLL_AFTER = 8
 
-# Guards the ``users`` dicts of allocations and programs: queue -> the sequence number of the last
-# operation on that queue that uses the object (see record_user).
+# Guards the ``users`` dicts of allocations: queue -> the sequence number of the last operation on
+# that queue that uses the allocation (see record_user).
 _users_lock = threading.Lock()
 
 
@@ -163,6 +164,7 @@ class QueueCore:
         "_drainer",  # the helper thread (a Thread, started or about to be), or None
         "_dependent",  # a host function or cross-queue wait was handed to the backend itself
         "_syncs",  # run_now synchronisations of the whole backend queue in progress
+        "_launched",  # dict: program -> sequence number of this queue's last launch of its kernels
         "__weakref__",
     )
 
@@ -190,6 +192,7 @@ class QueueCore:
         self._drainer: threading.Thread | None = None
         self._dependent = False
         self._syncs = 0
+        self._launched: dict[Any, int] = {}
         self._native_host_functions = self.disp.implements("enqueue_host_function_impl")
         self._native_waits = self.disp.implements("queue_wait_events_impl")
         if native is None:
@@ -276,12 +279,14 @@ class QueueCore:
         ``allocs`` *before* checking that they are still alive, then hand ``fn(*args)`` to the
         backend in the queue's order; its sequence number.  An unload or free that starts
         concurrently either sees the recorded use and waits for it, or the launch sees the object
-        gone and fails: never a launch of freed memory or unloaded code."""
+        gone and fails: never a launch of freed memory or unloaded code.  The program's use is
+        recorded here, under this queue's lock (:meth:`last_launch_of` reads it under the same
+        lock, after the unload has marked the program as going)."""
         with self._lock:
             if not self.live:
                 raise self.dead()
             seq = self.seq + 1
-            record_user(prog, self, seq)
+            self._launched[prog] = seq
             for a in allocs:
                 record_user(a, self, seq)
             prog.check_loaded()
@@ -292,6 +297,12 @@ class QueueCore:
             if self.profiling:
                 self.mark_locked(owned=True)  # the launch's event takes it (claim_marker)
         return seq
+
+    def last_launch_of(self, prog: Any, forget: bool = False) -> int:
+        """The sequence number of this queue's last launch of a kernel of ``prog`` (0: none);
+        ``forget`` drops the record (the program is unloaded: nothing will wait for it again)."""
+        with self._lock:
+            return self._launched.pop(prog, 0) if forget else self._launched.get(prog, 0)
 
     def run_now(self, hook: str, args: tuple[Any, ...], hold: Any, uses: tuple[Any, ...]) -> int | None:
         """The synchronous form of one operation: ``enqueue(hook, args, hold, mark=False)``,

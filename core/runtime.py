@@ -82,7 +82,7 @@ class Runtime:
         self.contexts: list[Abandonable] = []
         self.programs: dict[int, Releasable] = {}  # insertion order is load order
         self.queues: dict[int, Abandonable] = {}
-        self.registry: RangeMap[Any] = RangeMap()  # every allocation (and global, foreign range)
+        self.registry: RangeMap = RangeMap()  # every allocation (and global, foreign range)
         self.live_per_space: dict[str, int] = {}  # owned live allocations per backend (guarded by registry.lock)
         self.tracker = Tracker(settings.track_allocations)
         # Bumped by anything that can invalidate a checked-once fast path (see PreparedLaunch).

@@ -180,7 +180,10 @@ def test_queries_look_only_near_the_address():
     for i in range(n):
         m.insert(i * 10, i * 10 + 5, i)
     check_index(m)
-    m._entries = CountingDict(m._entries)
+    try:
+        m._entries = CountingDict(m._entries)
+    except TypeError:  # compiled: the field holds exactly a dict (the *-pure rows count the reads)
+        pytest.skip("RangeMap is compiled: its entries cannot be replaced by a counting dict")
     for base, end, hits in [
         (3, 4, 1),
         (7, 8, 0),

@@ -79,7 +79,7 @@ def test_a_launch_records_its_users_before_it_returns(host: Any, queue: Any, pro
     pyoffload.memcpy(a, np.zeros(1, np.int32))
     launch = queue.prepare(prog.kernel("add_one"), 1, 1, [a])
     ev = launch()
-    assert a.users[queue] == ev.seq and prog.users[queue] == ev.seq
+    assert a.users[queue] == ev.seq and queue.last_launch_of(prog) == ev.seq
     ev2 = queue.launch(prog.kernel("add_one"), 1, 1, [a])
     assert ev2.seq == ev.seq + 1 and a.users[queue] == ev2.seq
     queue.wait()

@@ -22,27 +22,26 @@ and use the ``*_locked`` methods.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Generic, TypeVar
+from typing import Any
 
 from .sorted_index import LOAD, SortedIndex
 from ..locks import AllocatorLock, allocator_lock
-
-V = TypeVar("V")
 
 ADDRESS_SPACE = 1 << 64
 
 __all__ = ["LOAD", "RangeMap"]
 
 
-class RangeMap(Generic[V]):
-    """``[base, end) -> value`` for non-overlapping ranges."""
+class RangeMap:
+    """``[base, end) -> value`` for non-overlapping ranges (compiled, an extension type: see
+    intervals.pxd; values are any objects)."""
 
     __slots__ = ("_entries", "_index", "_to_add", "_to_remove", "_busy", "lock")
 
     def __init__(self) -> None:
         self.lock: AllocatorLock = allocator_lock()  # guards the map (a plain field: read on every alloc and free)
         # -- guarded by lock (single reads of _entries excepted, see the module) ---------------
-        self._entries: dict[int, tuple[int, V]] = {}
+        self._entries: dict[int, tuple[int, Any]] = {}
         self._index = SortedIndex()  # the bases, sorted (blocks of at most 2 * LOAD)
         self._to_add: set[int] = set()  # in _entries, not yet in the index
         self._to_remove: set[int] = set()  # in the index, no longer in _entries
@@ -57,13 +56,13 @@ class RangeMap(Generic[V]):
     def __bool__(self) -> bool:
         return bool(self._entries)
 
-    def items(self) -> list[tuple[int, int, V]]:
+    def items(self) -> list[tuple[int, int, Any]]:
         """A snapshot of every entry, by base address."""
         with self.lock:
             entries = list(self._entries.items())
         return [(base, end, value) for base, (end, value) in sorted(entries, key=lambda e: e[0])]
 
-    def __iter__(self) -> Iterator[tuple[int, int, V]]:
+    def __iter__(self) -> Iterator[tuple[int, int, Any]]:
         return iter(self.items())
 
     # -- the index --------------------------------------------------------------------------
@@ -90,11 +89,11 @@ class RangeMap(Generic[V]):
 
     # -- queries ----------------------------------------------------------------------------
 
-    def get(self, base: int) -> tuple[int, V] | None:
+    def get(self, base: int) -> tuple[int, Any] | None:
         """``(end, value)`` of the entry starting exactly at ``base``."""
         return self._entries.get(base)
 
-    def find(self, addr: int) -> tuple[int, int, V] | None:
+    def find(self, addr: int) -> tuple[int, int, Any] | None:
         """The entry ``(base, end, value)`` containing ``addr``, or ``None``."""
         hit = self._entries.get(addr)
         if hit is not None:  # the common case: a base address (one atomic dict read)
@@ -108,16 +107,16 @@ class RangeMap(Generic[V]):
             return None
         return (base, hit[0], hit[1]) if addr < hit[0] else None  # type: ignore[return-value]
 
-    def overlapping(self, base: int, end: int) -> list[tuple[int, int, V]]:
+    def overlapping(self, base: int, end: int) -> list[tuple[int, int, Any]]:
         """Entries that intersect ``[base, end)``, by base address."""
         with self.lock:
             return self._overlapping(base, end)
 
-    def _overlapping(self, base: int, end: int) -> list[tuple[int, int, V]]:
+    def _overlapping(self, base: int, end: int) -> list[tuple[int, int, Any]]:
         if self._to_add or self._to_remove or self._busy:
             self._sync()
         start = self._index.floor(base)
-        found: list[tuple[int, int, V]] = []
+        found: list[tuple[int, int, Any]] = []
         for b in self._index.between(base if start is None else start, end):
             e, value = self._entries[b]
             if e > base:
@@ -126,7 +125,7 @@ class RangeMap(Generic[V]):
 
     # -- updates ----------------------------------------------------------------------------
 
-    def insert(self, base: int, end: int, value: V, check: bool = True) -> list[tuple[int, int, V]]:
+    def insert(self, base: int, end: int, value: Any, check: bool = True) -> list[tuple[int, int, Any]]:
         """Add ``[base, end)`` unless it overlaps an entry; return the overlapping entries (empty
         when inserted).  ``check=False`` skips the overlap search (only a base clash is checked):
         for callers that know their ranges cannot overlap.  ``base`` is an address: ``0 <= base <
@@ -134,7 +133,7 @@ class RangeMap(Generic[V]):
         with self.lock:
             return self.insert_locked(base, end, value, check)
 
-    def insert_locked(self, base: int, end: int, value: V, check: bool = True) -> list[tuple[int, int, V]]:
+    def insert_locked(self, base: int, end: int, value: Any, check: bool = True) -> list[tuple[int, int, Any]]:
         """:meth:`insert`, with ``lock`` held by the caller."""
         if not 0 <= base < ADDRESS_SPACE:
             raise ValueError(f"base address {base:#x} is outside the 64-bit address space")
@@ -154,12 +153,12 @@ class RangeMap(Generic[V]):
         self._busy = False
         return []
 
-    def remove(self, base: int) -> V:
+    def remove(self, base: int) -> Any:
         """Remove the entry at ``base`` and return its value; ``KeyError`` if there is none."""
         with self.lock:
             return self.remove_locked(base)
 
-    def remove_locked(self, base: int) -> V:
+    def remove_locked(self, base: int) -> Any:
         """:meth:`remove`, with ``lock`` held by the caller."""
         end, value = self._entries[base]
         self._begin()

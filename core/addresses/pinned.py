@@ -48,8 +48,8 @@ class PinnedMap:
     __slots__ = ("by_host", "by_dev", "lock")
 
     def __init__(self) -> None:
-        self.by_host: RangeMap[PinnedRange] = RangeMap()
-        self.by_dev: RangeMap[PinnedRange] = RangeMap()
+        self.by_host: RangeMap = RangeMap()
+        self.by_dev: RangeMap = RangeMap()
         self.lock = threading.RLock()
 
     def __len__(self) -> int:
