@@ -25,7 +25,7 @@ import numpy as np
 
 from .backend import LocalMemory
 from .enums import AllocKind, MemoryConnection
-from .errors import InvalidArgumentError, InvalidSizeError, InvalidValueError, got
+from .errors import InvalidArgumentError, InvalidSizeError, InvalidValueError, OutOfResourcesError, got
 from .checks import as_int
 from .memory import Allocation
 from .pinning import device_pointer
@@ -118,7 +118,8 @@ class Binder:
                 total = sum(v.size for v, c in zip(values, codes, strict=True) if c == _LOCAL)
                 limit = dev.limits.local_memory
                 if total > limit:
-                    raise InvalidArgumentError(
+                    # OUT_OF_RESOURCES, as Unified Runtime's adapters report excess local memory
+                    raise OutOfResourcesError(
                         f"launch of {self.kernel.name!r}: {total} bytes of LocalMemory exceed the device's "
                         f"local memory ({limit} bytes, info 'local_memory_bytes')"
                     )

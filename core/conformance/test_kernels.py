@@ -150,7 +150,7 @@ def test_local_memory_beyond_the_device_limit_is_refused(device, kernels, queue)
         queue.launch(
             kernels.kernel("local_reverse"), 1, 1, [out, out, LocalMemory(limit + 1), np.int32(1), np.int32(1)]
         )
-    assert err.value.errc is Errc.INVALID_ARGUMENT and "local_memory_bytes" in str(err.value)
+    assert err.value.errc is Errc.OUT_OF_RESOURCES and "local_memory_bytes" in str(err.value)
     out.free()
 
 

@@ -132,6 +132,57 @@ def test_dimensions_beyond_the_device_limits(device, kernels, queue):
     assert err.value.errc in (Errc.INVALID_ARGUMENT, Errc.INVALID_SIZE)
 
 
+def test_block_per_dimension_beyond_the_device_limits(device, kernels, queue):
+    sizes = device.info["max_work_item_sizes"]
+    for axis in range(3):
+        block = [1, 1, 1]
+        block[axis] = sizes[axis] + 1
+        with pytest.raises(OffloadError) as err:
+            queue.launch(kernels.kernel("noop"), 1, tuple(block), [])
+        assert err.value.errc is Errc.INVALID_ARGUMENT and "max_work" in str(err.value)
+
+
+def test_a_block_sized_by_the_device_info_runs(device, kernels, queue):
+    """What an array library does: size its blocks by the device's limits, then launch."""
+    info = device.info
+    k = kernels.kernel("iota_i32")
+    block = min(
+        int(info["max_work_group_size"]), int(k.attributes["max_work_group_size"]), info["max_work_item_sizes"][0]
+    )
+    n = 2 * block + 3
+    out = device.alloc(4 * n)
+    queue.launch(k, -(-n // block), block, [out, np.int32(n), np.int32(1)]).wait()
+    assert np.array_equal(read(out, np.int32, n), np.arange(1, n + 1, dtype=np.int32))
+    out.free()
+
+
+def test_kernel_attributes_are_known_and_within_the_device_limits(device, kernels):
+    info = device.info
+    for name in ("iota_i32", "local_reverse"):
+        attrs = kernels.kernel(name).attributes
+        for key in ("max_work_group_size", "preferred_work_group_multiple", "local_memory_bytes"):
+            assert attrs[key] is not None, f"{device.id}: {name}.attributes[{key!r}] is None"
+        assert 1 <= attrs["max_work_group_size"] <= info["max_work_group_size"]
+        assert 1 <= attrs["preferred_work_group_multiple"] <= attrs["max_work_group_size"]
+        assert 0 <= attrs["local_memory_bytes"] <= info["local_memory_bytes"]
+        private = attrs["private_memory_bytes"]
+        assert private is None or private >= 0
+
+
+def test_local_memory_up_to_the_device_limit_runs(device, kernels, queue):
+    """The whole of local_memory_bytes is usable by one group (one byte more is refused:
+    test_local_memory_beyond_the_device_limit_is_refused)."""
+    limit = device.info["local_memory_bytes"]
+    n = 8
+    src = upload(device, np.arange(n, dtype=np.int32))
+    out = device.alloc(4 * n)
+    scratch = LocalMemory(limit // 4 * 4)
+    queue.launch(kernels.kernel("local_reverse"), 1, n, [out, src, scratch, np.int32(n), np.int32(n)]).wait()
+    assert np.array_equal(read(out, np.int32, n), np.arange(n, dtype=np.int32)[::-1])
+    out.free()
+    src.free()
+
+
 def test_numpy_integer_dimensions(device, kernels, queue):
     queue.launch(kernels.kernel("noop"), np.int64(1), (np.int32(1), 1), []).wait()
 

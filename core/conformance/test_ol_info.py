@@ -43,6 +43,20 @@ CHECKS = {
     ),
 }
 NEVER_NONE = {"name", "vendor", "type", "backend", "platform"}
+# What every backend knows about its devices (docs/guide/devices.md lists, per key, the backends
+# that may answer None for the others): the limits the generic layer enforces, the sizes an array
+# library blocks its work by, and the memory kinds.
+ALWAYS_KNOWN = {
+    "compute_units",
+    "max_work_group_size",
+    "max_work_item_sizes",
+    "max_grid_size",
+    "global_memory_bytes",
+    "local_memory_bytes",
+    "max_alloc_bytes",
+    "address_bits",
+    "memory_kinds",
+}
 
 
 def test_every_standard_key_has_a_check():
@@ -58,6 +72,11 @@ def test_info_key_has_a_value_of_its_type(device, key):
         assert key not in NEVER_NONE, f"{key} is always known"
         return
     assert CHECKS[key](value), f"{device.id}: info[{key!r}] = {value!r}"
+
+
+@pytest.mark.parametrize("key", sorted(ALWAYS_KNOWN))
+def test_info_key_every_backend_knows_is_known(device, key):
+    assert device.info[key] is not None, f"{device.id}: info[{key!r}] is None"
 
 
 def test_info_values_agree_with_the_device(device):

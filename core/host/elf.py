@@ -167,6 +167,41 @@ def _signatures(elf: Any, kernels: set[str]) -> dict[str, tuple[str, ...]]:
     return sigs
 
 
+def frame_sizes(image: bytes) -> dict[str, int]:
+    """Stack frame bytes of each exported function (beyond the return address), from the call
+    frame information every x86-64 and AArch64 shared object has for unwinding (``.eh_frame``):
+    the largest offset of the canonical frame address from the stack pointer, less its offset at
+    entry.  Functions without CFI are left out; an image without any gives ``{}``."""
+    from elftools.elf.elffile import ELFFile
+
+    sizes: dict[str, int] = {}
+    try:
+        elf = ELFFile(io.BytesIO(image))
+        dynsym = elf.get_section_by_name(".dynsym")
+        names: dict[int, str] = {}
+        for sym in getattr(dynsym, "iter_symbols", lambda: ())():
+            if sym["st_info"]["type"] == "STT_FUNC" and sym["st_shndx"] != "SHN_UNDEF" and sym.name:
+                names.setdefault(int(sym["st_value"]), sym.name)
+        dwarf = elf.get_dwarf_info()
+        if not dwarf.has_EH_CFI():
+            return sizes
+        from elftools.dwarf.callframe import FDE
+
+        for entry in dwarf.EH_CFI_entries():
+            if not isinstance(entry, FDE):
+                continue
+            name = names.get(entry.header["initial_location"])
+            if name is None:
+                continue
+            offsets = [row["cfa"].offset for row in entry.get_decoded().table if row.get("cfa") is not None]
+            offsets = [o for o in offsets if o is not None]
+            if offsets:
+                sizes[name] = max(offsets) - offsets[0]
+    except Exception:  # exotic CFI: the sizes found so far
+        return sizes
+    return sizes
+
+
 # -- structural validation ------------------------------------------------------------------
 #
 # The dynamic loader trusts the image it maps: a wrong offset, count or address in it becomes a

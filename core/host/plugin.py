@@ -46,7 +46,7 @@ from ..backend import (
     UnsupportedError,
     hookimpl,
 )
-from .elf import ImageInfo, inspect_image
+from .elf import ImageInfo, frame_sizes, inspect_image
 from .worker import ChunkPool, HostEvent, HostQueue
 
 __all__ = ["HOOK_API"]
@@ -85,23 +85,27 @@ class HostDevice:
 
 
 class HostProgram:
-    __slots__ = ("lib", "info", "handle", "fd")
+    __slots__ = ("lib", "info", "handle", "fd", "frames")
 
     def __init__(self, lib: ctypes.CDLL, info: ImageInfo, fd: int) -> None:
         self.lib = lib
         self.info = info
         self.handle = lib._handle
         self.fd = fd
+        self.frames: dict[str, int] | None = None  # stack frame bytes per function, read on demand
 
 
 class HostKernel:
-    __slots__ = ("fn", "name", "signature", "parallel")
+    __slots__ = ("fn", "name", "signature", "parallel", "program")
 
-    def __init__(self, fn: Any, name: str, signature: tuple[str, ...] | None, parallel: bool) -> None:
+    def __init__(
+        self, fn: Any, name: str, signature: tuple[str, ...] | None, parallel: bool, program: HostProgram
+    ) -> None:
         self.fn = fn
         self.name = name
         self.signature = signature
         self.parallel = parallel  # declared with PYOFFLOAD_KERNEL: called per chunk of work-groups
+        self.program = program
 
 
 class _Groups(ctypes.Structure):
@@ -141,15 +145,68 @@ def deinit_impl() -> None:
     return None  # the pool's threads wait idle for the next runtime's launches
 
 
+# The host's launch limits.  The work-items of a group run as loops inside one call, so any block
+# would run; the limits are the ones PoCL's pthread device reports, so that a block size chosen
+# for one CPU runtime runs on the other, and they are enforced at launch like every backend's.
+MAX_WORK_GROUP_SIZE = 4096
+MAX_WORK_ITEM_SIZES = (4096, 4096, 4096)
+# Work-groups are numbered linearly in 64 bits (x fastest): these keep every grid's count of
+# groups below 2**64.
+MAX_GRID_SIZE = ((1 << 32) - 1, (1 << 16) - 1, (1 << 16) - 1)
+# Local memory the runtime gives each work-group (all LocalMemory arguments of a launch
+# together): a heap buffer per thread, about an L2 cache's worth.  Larger requests are refused at
+# launch (OUT_OF_RESOURCES) instead of failing inside the thread that runs the group.
+LOCAL_MEMORY_BYTES = 2 << 20
+# Work-items of one group are the innermost loop of a kernel compiled for the baseline vector
+# ISA (SSE2 on x86-64, NEON on AArch64: 16 bytes, four 32-bit lanes): a block that is a multiple
+# of it vectorises without a remainder loop.
+PREFERRED_WORK_GROUP_MULTIPLE = 4
+# Every kind is host memory, which DLPack calls kDLCPU.
+_KDLCPU = 1
+
+
+def _clock_mhz() -> int | None:
+    """The CPU's peak clock where the OS tells it: cpufreq's maximum, else the highest clock
+    /proc/cpuinfo lists (virtual machines often have no cpufreq); ``None`` elsewhere."""
+    try:
+        with open("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq") as f:
+            return max(1, int(f.read().strip()) // 1000)  # kHz
+    except (OSError, ValueError):
+        pass
+    try:
+        with open("/proc/cpuinfo") as f:
+            clocks = [float(line.split(":", 1)[1]) for line in f if line.lower().startswith("cpu mhz")]
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(1, round(max(clocks))) if clocks else None
+
+
+def _cpus() -> int:
+    """The CPUs this process may run on (its affinity mask), which is what its threads get."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 @hookimpl
 def device_info_impl(device: HostDevice) -> dict[str, Any]:
     pages, page_size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    kinds = tuple(kind.name for kind in AllocKind)
     return {
         "driver_version": f"{_platform.system()} {_platform.release()}",
-        "compute_units": os.cpu_count() or 1,
+        "compute_units": _cpus(),
+        "max_work_group_size": MAX_WORK_GROUP_SIZE,
+        "max_work_item_sizes": MAX_WORK_ITEM_SIZES,
+        "max_grid_size": MAX_GRID_SIZE,
         "global_memory_bytes": pages * page_size,
+        "local_memory_bytes": LOCAL_MEMORY_BYTES,
         "max_alloc_bytes": pages * page_size,
+        "clock_mhz": _clock_mhz(),
+        "sub_group_size": 1,  # the items of a group run one after another: no lockstep lanes
         "address_bits": ctypes.sizeof(ctypes.c_void_p) * 8,
+        "memory_kinds": kinds,
+        "dlpack_device_types": dict.fromkeys(kinds, _KDLCPU),
         "host.architecture": _platform.machine(),
         "host.alignment": ALIGNMENT,
     }
@@ -269,12 +326,30 @@ def get_kernel_impl(device: Any, program: HostProgram, name: str) -> HostKernel:
     parallel = program.info.find(PARALLEL_MARKER + name, SymbolKind.GLOBAL) is not None
     if parallel and signature is not None:
         signature = signature[1:]  # PYOFFLOAD_GROUPS is the backend's, not a launch argument
-    return HostKernel(fn, name, signature, parallel)
+    return HostKernel(fn, name, signature, parallel, program)
 
 
 @hookimpl
 def kernel_signature_impl(device: Any, kernel: HostKernel) -> tuple[str, ...] | None:
     return kernel.signature
+
+
+@hookimpl
+def kernel_attributes_impl(device: Any, kernel: HostKernel) -> dict[str, Any]:
+    program = kernel.program
+    if program.frames is None:
+        # read back from the image's memfd (kept open while the program is loaded): attributes
+        # are rare, so the call frame information is decoded only when asked for
+        size = os.fstat(program.fd).st_size
+        program.frames = frame_sizes(os.pread(program.fd, size, 0))
+    return {
+        "max_work_group_size": MAX_WORK_GROUP_SIZE,
+        "preferred_work_group_multiple": PREFERRED_WORK_GROUP_MULTIPLE,
+        # C has no static local memory: a kernel's local memory is its LocalMemory arguments
+        "local_memory_bytes": 0,
+        # a work-item's private variables live in the kernel's stack frame
+        "private_memory_bytes": program.frames.get(kernel.name),
+    }
 
 
 @hookimpl

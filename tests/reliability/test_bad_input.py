@@ -550,7 +550,27 @@ ROWS: list[Row] = [
         "launch-grid-beyond-limits",
         InvalidArgumentError,
         Errc.INVALID_ARGUMENT,
-        lambda e: (lambda: e.q.launch(e.noop, (2**32, 2**32, 1), (2**32, 1, 1)), "overflows"),
+        lambda e: (lambda: e.q.launch(e.noop, (2**32, 1, 1), 1), "max_grid_size"),
+    ),
+    Row(
+        "launch-block-beyond-limits",
+        InvalidArgumentError,
+        Errc.INVALID_ARGUMENT,
+        lambda e: (lambda: e.q.launch(e.noop, 1, (e.dev.info["max_work_group_size"] + 1,)), "max_work_group_size"),
+    ),
+    Row(
+        "launch-local-memory-beyond-limits",
+        OutOfResourcesError,
+        Errc.OUT_OF_RESOURCES,
+        lambda e: (
+            lambda: e.q.launch(
+                e.prog.kernel("local_reverse"),
+                1,
+                1,
+                [e.a, e.a, LocalMemory(1 << 40), np.int32(1), np.int32(1)],
+            ),
+            "local_memory_bytes",
+        ),
     ),
     Row(
         "launch-block-negative",

@@ -85,11 +85,14 @@ def device_info_impl(device: Device) -> dict[str, Any]:
         "driver_version": platform.python_version(),
         "compute_units": 1,  # a queue runs one kernel at a time
         "max_work_group_size": 1024,
+        "max_work_item_sizes": (1024,) * 3,
         "max_grid_size": (2**31 - 1,) * 3,
         "global_memory_bytes": memory,
         "local_memory_bytes": 64 * 1024,
         "max_alloc_bytes": memory,
         "address_bits": 64,
+        "sub_group_size": 1,  # work-items run one after another
+        "memory_kinds": ("DEVICE", "HOST", "MANAGED"),
         "example.implementation": platform.python_implementation(),
     }
 
@@ -277,6 +280,11 @@ def get_kernel_impl(device: Device, program: Program, name: str) -> Kernel:
 @hookimpl
 def kernel_signature_impl(device: Device, kernel: Kernel) -> tuple[str, ...]:
     return kernel.signature
+
+
+@hookimpl
+def kernel_attributes_impl(device: Device, kernel: Kernel) -> dict[str, Any]:
+    return {"local_memory_bytes": 0}  # Python kernels have no static local memory
 
 
 @hookimpl
