@@ -115,7 +115,9 @@ def _type_kind(die) -> str | None:  # type: ignore[no-untyped-def]
     while die is not None and seen < 32:
         seen += 1
         tag = die.tag
-        if tag in ("DW_TAG_pointer_type", "DW_TAG_array_type"):
+        if tag == "DW_TAG_pointer_type":
+            return "launch" if _points_to_launch_context(die) else "ptr"
+        if tag == "DW_TAG_array_type":
             return "ptr"
         if tag == "DW_TAG_base_type":
             enc = die.attributes["DW_AT_encoding"].value
@@ -133,6 +135,22 @@ def _type_kind(die) -> str | None:  # type: ignore[no-untyped-def]
             return None
         die = die.get_DIE_from_attribute("DW_AT_type")
     return None
+
+
+def _points_to_launch_context(die) -> bool:  # type: ignore[no-untyped-def]
+    """Whether pointer type ``die`` points to ``pyoffload_launch`` (pyoffload_host.h), through
+    qualifiers and typedefs: the launch-context parameter of a plain C data-parallel kernel."""
+    for _ in range(8):
+        if "DW_AT_type" not in die.attributes:
+            return False
+        die = die.get_DIE_from_attribute("DW_AT_type")
+        if die.tag in ("DW_TAG_typedef", "DW_TAG_structure_type"):
+            name = die.attributes.get("DW_AT_name")
+            if name is not None and name.value == b"pyoffload_launch":
+                return True
+        if die.tag not in ("DW_TAG_const_type", "DW_TAG_volatile_type", "DW_TAG_restrict_type", "DW_TAG_typedef"):
+            return False
+    return False
 
 
 def _signatures(elf: Any, kernels: set[str]) -> dict[str, tuple[str, ...]]:

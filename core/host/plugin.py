@@ -47,7 +47,8 @@ from ..backend import (
     hookimpl,
 )
 from .elf import ImageInfo, frame_sizes, inspect_image
-from .worker import ChunkPool, HostEvent, HostQueue
+from . import runtime as _runtime
+from .worker import HostEvent, HostQueue
 
 __all__ = ["HOOK_API"]
 
@@ -96,53 +97,42 @@ class HostProgram:
 
 
 class HostKernel:
-    __slots__ = ("fn", "name", "signature", "parallel", "program")
+    __slots__ = ("fn", "name", "signature", "abi", "program")
 
-    def __init__(
-        self, fn: Any, name: str, signature: tuple[str, ...] | None, parallel: bool, program: HostProgram
-    ) -> None:
+    def __init__(self, fn: Any, name: str, signature: tuple[str, ...] | None, abi: int, program: HostProgram) -> None:
         self.fn = fn
         self.name = name
         self.signature = signature
-        self.parallel = parallel  # declared with PYOFFLOAD_KERNEL: called per chunk of work-groups
+        # 0: called once per launch with its arguments; runtime.ABI_GROUPS (PYOFFLOAD_KERNEL) or
+        # runtime.ABI_CONTEXT (a trailing pyoffload_launch pointer): data-parallel, run by the
+        # native runtime
+        self.abi = abi
         self.program = program
 
-
-class _Groups(ctypes.Structure):
-    """``pyoffload_groups`` of ``pyoffload_host.h``: the launch geometry and one chunk's range."""
-
-    _fields_ = [
-        ("num_groups", ctypes.c_uint64 * 3),
-        ("local_size", ctypes.c_uint64 * 3),
-        ("first", ctypes.c_uint64),
-        ("last", ctypes.c_uint64),
-        ("trap_env", ctypes.c_void_p),
-        ("trapped", ctypes.c_uint64),
-    ]
+    @property
+    def parallel(self) -> bool:
+        return self.abi != 0
 
 
 PARALLEL_MARKER = "pyoffload_parallel_"
 
 
 _DEVICE = HostDevice()
-# Runs the chunks of data-parallel launches of every host queue; sized by init_impl.
-_POOL = ChunkPool(1)
+# The threads a data-parallel launch runs on (the queue's worker included); set by init_impl.
+_THREADS = 1
 
 
 @hookimpl
 def init_impl() -> Sequence[PlatformDesc]:
-    global _POOL
-    threads = settings.integer("PYOFFLOAD_HOST_THREADS", None, minimum=1) or os.cpu_count() or 1
-    if threads != _POOL.threads:  # a new runtime: no launch of the previous one is still running
-        _POOL.close()
-        _POOL = ChunkPool(threads)
+    global _THREADS
+    _THREADS = settings.integer("PYOFFLOAD_HOST_THREADS", None, minimum=1) or _cpus()
     device = DeviceDesc(HostDevice.name, _platform.machine(), DeviceType.HOST, _DEVICE)
     return [PlatformDesc("host", "pyoffload", sys.version.split()[0], (device,), None)]
 
 
 @hookimpl
 def deinit_impl() -> None:
-    return None  # the pool's threads wait idle for the next runtime's launches
+    return None  # the native runtime's threads wait idle for the next runtime's launches
 
 
 # The host's launch limits.  The work-items of a group run as loops inside one call, so any block
@@ -323,10 +313,20 @@ def get_kernel_impl(device: Any, program: HostProgram, name: str) -> HostKernel:
     fn = getattr(program.lib, name)
     fn.restype = None
     signature = program.info.signatures.get(name)
-    parallel = program.info.find(PARALLEL_MARKER + name, SymbolKind.GLOBAL) is not None
-    if parallel and signature is not None:
-        signature = signature[1:]  # PYOFFLOAD_GROUPS is the backend's, not a launch argument
-    return HostKernel(fn, name, signature, parallel, program)
+    abi = 0
+    if program.info.find(PARALLEL_MARKER + name, SymbolKind.GLOBAL) is not None:
+        abi = _runtime.ABI_GROUPS
+        if signature is not None:
+            signature = signature[1:]  # PYOFFLOAD_GROUPS is the backend's, not a launch argument
+    elif signature and signature[-1] == "launch":
+        abi = _runtime.ABI_CONTEXT
+        signature = signature[:-1]  # the launch context is the backend's, not a launch argument
+    if signature is not None and "launch" in signature:
+        raise UnsupportedError(
+            f"host backend: kernel {name!r}: a pyoffload_launch pointer must be the last parameter "
+            "(the launch context), not a launch argument"
+        )
+    return HostKernel(fn, name, signature, abi, program)
 
 
 @hookimpl
@@ -395,13 +395,22 @@ _CTYPES = {
 def kernel_packer_impl(device: Any, kernel: HostKernel, kinds: tuple[str, ...]) -> Callable[[tuple[Any, ...]], Any]:
     if "f16" in kinds:
         raise UnsupportedError("host backend: C has no portable half-precision parameter type")
+    if kernel.parallel:
+        # built (once per machine) when the first data-parallel kernel is launched
+        _runtime.library()
+        layout = _runtime.Layout(kernel.abi, kinds, kernel.name)
+        address = ctypes.cast(kernel.fn, ctypes.c_void_p).value or 0
+        pack_launch = layout.pack
+
+        def pack_parallel(values: tuple[Any, ...]) -> _runtime.Launch:
+            return pack_launch(address, values)
+
+        return pack_parallel
     if all(kind == "ptr" for kind in kinds):
         return _pointers
     # ctypes types take numpy scalars and Python numbers as they are (the generic layer has
     # range-checked them), so packing is one C-level map with no Python frame per argument.
-    # A data-parallel kernel gets its local memory per chunk, when the launch runs.
-    local = _Scratch if kernel.parallel else _local
-    converters = tuple(local if kind == "local" else _CTYPES[kind] for kind in kinds)
+    converters = tuple(_local if kind == "local" else _CTYPES[kind] for kind in kinds)
 
     def pack(values: tuple[Any, ...]) -> tuple[Any, ...]:
         return tuple(map(operator.call, converters, values))
@@ -417,61 +426,47 @@ def _local(local: Any) -> Any:
     return (ctypes.c_char * local.size)()  # fresh per launch: work-group scratch
 
 
-class _Scratch:
-    """A ``LocalMemory`` argument of a data-parallel kernel: a buffer per chunk, made as it runs."""
-
-    __slots__ = ("size",)
-
-    def __init__(self, local: Any) -> None:
-        self.size = local.size
-
-
-def _run_parallel(
-    kernel: HostKernel, pool: ChunkPool, grid: tuple[int, int, int], block: tuple[int, int, int], args: tuple[Any, ...]
-) -> None:
-    """One launch of a data-parallel kernel, on its queue's worker thread: the work-groups in
-    contiguous chunks, one per pool thread, then the trap check."""
-    total = grid[0] * grid[1] * grid[2]
-    n = min(pool.threads, total)
-    scratch = any(type(a) is _Scratch for a in args)
-    groups = []
-    chunks = []
-    for i in range(n):
-        g = _Groups((ctypes.c_uint64 * 3)(*grid), (ctypes.c_uint64 * 3)(*block), total * i // n, total * (i + 1) // n)
-        groups.append(g)
-        if scratch:  # one buffer per calling thread, reused by the groups it runs
-            chunks.append((ctypes.byref(g), *((ctypes.c_char * a.size)() if type(a) is _Scratch else a for a in args)))
-        else:
-            chunks.append((ctypes.byref(g), *args))
-    if n == 1:
-        kernel.fn(*chunks[0])
-    else:
-        pool.run(kernel.fn, chunks)
-    trapped = [g.trapped - 1 for g in groups if g.trapped]
-    if trapped:
+def _run_parallel(kernel: HostKernel, desc: _runtime.Launch, threads: int) -> None:
+    """One data-parallel launch, on its queue's worker thread: the native runtime runs every
+    work-group on its threads (this one included) and returns when all have run."""
+    trapped = ctypes.c_uint64()
+    status = _runtime.library().pyoffload_host_run(ctypes.byref(desc), threads, ctypes.byref(trapped))
+    if status == _runtime.OK:
+        return
+    grid, block = tuple(desc.num_groups), tuple(desc.local_size)
+    if status == _runtime.TRAPPED:
+        what = "pyoffload_trap" if kernel.abi == _runtime.ABI_GROUPS else "pyoffload_launch_trap"
         raise OffloadError(
-            f"host backend: kernel {kernel.name!r} trapped (pyoffload_trap) in work-group "
-            f"{min(trapped)} of {total} (grid {grid}, block {block})"
+            f"host backend: kernel {kernel.name!r} trapped ({what}) in work-group "
+            f"{trapped.value} of {grid[0] * grid[1] * grid[2]} (grid {grid}, block {block})"
         )
+    raise OutOfResourcesError(
+        f"host backend: kernel {kernel.name!r}: no memory for the local memory of a thread (grid {grid}, block {block})"
+    )
+
+
+def _geometry(desc: _runtime.Launch, grid: Any, block: Any) -> None:
+    desc.num_groups[:] = grid
+    desc.local_size[:] = block
 
 
 @hookimpl
-def launch_impl(
-    device: Any, queue: HostQueue, kernel: HostKernel, grid: Any, block: Any, args: tuple[Any, ...]
-) -> None:
-    if kernel.parallel:
-        queue.submit(_run_parallel, (kernel, _POOL, grid, block, args))
+def launch_impl(device: Any, queue: HostQueue, kernel: HostKernel, grid: Any, block: Any, args: Any) -> None:
+    if kernel.abi:
+        _geometry(args, grid, block)
+        queue.submit(_run_parallel, (kernel, args, _THREADS))
     else:
         queue.submit(kernel.fn, args)
 
 
 @hookimpl
 def launch_prepare_impl(
-    device: Any, queue: HostQueue, kernel: HostKernel, grid: Any, block: Any, args: tuple[Any, ...]
+    device: Any, queue: HostQueue, kernel: HostKernel, grid: Any, block: Any, args: Any
 ) -> Callable[[], None]:
     submit = queue.submit
-    if kernel.parallel:
-        run = (kernel, _POOL, grid, block, args)
+    if kernel.abi:
+        _geometry(args, grid, block)  # the runtime only reads the descriptor: it serves every repeat
+        run = (kernel, args, _THREADS)
         return lambda: submit(_run_parallel, run)
     fn = kernel.fn
     return lambda: submit(fn, args)

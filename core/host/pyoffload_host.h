@@ -108,4 +108,43 @@ static inline __attribute__((noreturn)) void pyoffload_trap_(pyoffload_groups *g
 
 #define pyoffload_trap() pyoffload_trap_(pyoffload_g, pyoffload_group_)
 
+/* The launch-context ABI: plain C, no macros.  An exported function whose last parameter is a
+ * pointer to pyoffload_launch is data-parallel: the backend calls it once per work-group, from
+ * several threads at once, with the launch arguments in the parameters before it (the backend
+ * recognises the parameter from the image's DWARF, so build with -g, as build_program does):
+ *
+ *     #include <pyoffload_host.h>
+ *
+ *     void scale(float *x, float a, int n, const pyoffload_launch *ctx) {
+ *         uint64_t base = ctx->group_id[0] * ctx->local_size[0];
+ *         for (uint64_t l = 0; l < ctx->local_size[0]; l++)
+ *             if (base + l < (uint64_t)n) x[base + l] *= a;
+ *     }
+ *
+ * The work-items of the group are the function's own loop; a barrier is the end of one item
+ * loop and the start of the next, as with PYOFFLOAD_FOR_EACH_ITEM.  LocalMemory arguments arrive
+ * as pointers, one buffer per thread reused by the groups it runs (not cleared);
+ * `local_memory` is the first of them.  The layout is part of the backend's calling convention:
+ * append only. */
+typedef struct pyoffload_launch {
+    uint64_t group_id[3];       /* this work-group */
+    uint64_t num_groups[3];     /* the launch's grid */
+    uint64_t local_size[3];     /* the launch's block */
+    uint64_t global_size[3];    /* num_groups * local_size */
+    uint64_t group_linear_id;   /* group_id[0] + num_groups[0] * (group_id[1] + num_groups[1] * group_id[2]) */
+    uint64_t group_count;       /* num_groups[0] * num_groups[1] * num_groups[2] */
+    void *local_memory;         /* this thread's local memory (the LocalMemory arguments, in order) */
+    uint64_t local_memory_bytes;
+    uint32_t thread;            /* which of the launch's threads runs this group (0 .. threads-1) */
+    uint32_t threads;
+    void *trap_env_;            /* the runtime's */
+    uint64_t trapped_;
+} pyoffload_launch;
+
+/* Abandon this work-group and fail the launch (reported at the next wait), as pyoffload_trap(). */
+static inline __attribute__((noreturn)) void pyoffload_launch_trap(const pyoffload_launch *ctx) {
+    ((pyoffload_launch *)ctx)->trapped_ = 1;
+    longjmp(*(jmp_buf *)ctx->trap_env_, 1);
+}
+
 #endif /* PYOFFLOAD_HOST_H */

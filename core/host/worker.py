@@ -1,5 +1,6 @@
-"""Host queues: an in-order worker thread per queue, so host launches really run asynchronously;
-and the pool of threads that runs the chunks of data-parallel launches.
+"""Host queues: an in-order worker thread per queue, so host launches really run asynchronously.
+(The work-groups of a data-parallel launch run on the native runtime's threads: see
+:mod:`.runtime`.)
 
 ctypes releases the GIL while a kernel runs, so work enqueued on a host queue overlaps with the
 Python thread that enqueued it, as on a GPU stream.  Submitting is a put on a C-level
@@ -14,7 +15,6 @@ keeps working.
 
 from __future__ import annotations
 
-import _thread
 import queue as _queue
 import threading
 import time
@@ -112,63 +112,3 @@ class HostQueue:
         self._items.put(_STOP)
         if self._thread is not threading.current_thread():
             self._thread.join()
-
-
-class ChunkPool:
-    """Threads that run chunks of data-parallel launches for every host queue.
-
-    A queue's worker hands all chunks of a launch but one to the pool, runs that one itself and
-    waits for the rest (:meth:`run`), so launches keep their queue's order.  Chunk functions are
-    ctypes calls (the GIL is released while they run) and never raise; the threads start with the
-    first launch that has more than one chunk.
-    """
-
-    def __init__(self, threads: int) -> None:
-        self.threads = threads
-        self._tasks: _queue.SimpleQueue[Any] = _queue.SimpleQueue()
-        self._started: list[threading.Thread] = []
-        self._start_lock = threading.Lock()
-
-    def _start(self) -> None:
-        with self._start_lock:
-            while len(self._started) < self.threads - 1:
-                t = threading.Thread(target=self._serve, name="pyoffload-host-chunks", daemon=True)
-                t.start()
-                self._started.append(t)
-
-    def _serve(self) -> None:
-        get = self._tasks.get
-        while True:
-            task = get()
-            if task is _STOP:
-                return
-            fn, args, finished = task
-            try:
-                fn(*args)
-            finally:
-                finished.release()
-
-    def run(self, fn: Callable[..., Any], chunks: list[tuple[Any, ...]]) -> None:
-        """Call ``fn(*args)`` for every ``args`` in ``chunks``, in parallel; return when all have."""
-        if len(self._started) < self.threads - 1:
-            self._start()
-        waits = []
-        put = self._tasks.put
-        for args in chunks[1:]:
-            finished = _thread.allocate_lock()
-            finished.acquire()
-            put((fn, args, finished))
-            waits.append(finished)
-        try:
-            fn(*chunks[0])
-        finally:
-            for finished in waits:
-                finished.acquire()
-
-    def close(self) -> None:
-        with self._start_lock:
-            for _ in self._started:
-                self._tasks.put(_STOP)
-            for t in self._started:
-                t.join()
-            self._started.clear()
