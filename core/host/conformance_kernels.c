@@ -1,5 +1,5 @@
 /* The conformance suite's "kernels" program for the host backend (the reference version).
- * Kernels declared with PYOFFLOAD_KERNEL are data-parallel (run per work-group, in chunks on
+ * Kernels declared with PYOFFLOAD_KERNEL are data-parallel (run per range of work-groups on
  * several threads; see pyoffload_host.h); the others are called once per launch and loop over
  * their n elements themselves. */
 #include <stdint.h>

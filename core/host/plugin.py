@@ -6,13 +6,15 @@
   into a fresh ``memfd`` and are ``dlopen``-ed from there, so loading the same image twice gives
   two independent copies of its globals.  The dynamic loader runs the ELF constructors at load
   and the destructors at ``dlclose`` (before the code is unmapped), exactly once each.
-* Kernels are exported C functions.  One declared with ``PYOFFLOAD_KERNEL`` (``pyoffload_host.h``,
-  which exports the marker ``pyoffload_parallel_<name>``) is data-parallel: a launch's work-groups
-  are split into contiguous chunks, one call per chunk, run on a pool of threads
-  (``PYOFFLOAD_HOST_THREADS``, default ``os.cpu_count()``); a chunk that calls
-  ``pyoffload_trap()`` makes the launch fail.  Any other kernel is called once per launch with the
-  arguments and loops over its work itself.  DWARF (``-g``) gives their signatures for
-  launch-argument checks.
+* Kernels are exported C functions.  A data-parallel one is declared with ``PYOFFLOAD_KERNEL``
+  (``pyoffload_host.h``, which exports the marker ``pyoffload_parallel_<name>``; called per range
+  of work-groups) or is plain C whose last parameter is a ``pyoffload_launch`` pointer (called
+  per work-group).  Its launches run on the native runtime (:mod:`.runtime`,
+  ``pyoffload_host_runtime.c``): the whole grid in one ctypes call, the groups on a pool of OS
+  threads (``PYOFFLOAD_HOST_THREADS``, default the CPUs this process may use); a group that
+  traps makes the launch fail.  Any other kernel is called once per launch with the arguments
+  and loops over its work itself.  DWARF (``-g``) gives their signatures for launch-argument
+  checks, and marks the launch-context parameter.
 * Queues are worker threads (see :mod:`.worker`): launches really run asynchronously.
 * Locking host memory only records the range in the generic pinned map: the host device reaches
   all host memory already.  The device's type is HOST, so the generic layer copies to and from

@@ -1,8 +1,8 @@
 /* pyoffload_host.h: data-parallel kernels for pyoffload's host (CPU) backend.
  *
  * build_program() on the host device puts this header on the include path.  A kernel declared
- * with PYOFFLOAD_KERNEL is data-parallel: the backend splits a launch's work-groups into
- * contiguous chunks and calls the function once per chunk, from several threads at once.  Its
+ * with PYOFFLOAD_KERNEL is data-parallel: the backend's runtime splits a launch's work-groups
+ * into ranges and calls the function once per range, from several threads at once.  Its
  * first parameter is PYOFFLOAD_GROUPS (hidden: the launch arguments are the parameters after it):
  *
  *     #include <pyoffload_host.h>
@@ -28,14 +28,16 @@
  * thread, reused by the work-groups that thread runs (it is not cleared between groups).
  *
  * Traps: pyoffload_trap() (inside PYOFFLOAD_FOR_EACH_GROUP) abandons the rest of this call and
- * makes the launch fail; its error is reported at the next wait.  Other chunks of the launch may
- * have run.
+ * makes the launch fail; its error is reported at the next wait.  Other ranges of the launch may
+ * have run; none starts after the trap.
  *
  * Inside the loops, `continue` skips to the next item (or group); `break` and `return` leave more
  * than one item and are not data-parallel.
  *
- * An exported function without PYOFFLOAD_KERNEL is called once per launch with the arguments
- * alone and loops over its work itself.
+ * Plain C kernels can be data-parallel without these macros: see pyoffload_launch below.
+ *
+ * An exported function of neither kind is called once per launch with the arguments alone and
+ * loops over its work itself.
  */
 #ifndef PYOFFLOAD_HOST_H
 #define PYOFFLOAD_HOST_H

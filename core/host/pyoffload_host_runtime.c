@@ -113,8 +113,7 @@ static struct {
     pyo_job *jobs;
     int started;         /* pool threads running (all under mu) */
     int sleepers;
-    _Atomic uint64_t posted; /* bumped per posted job: spinning pool threads watch it */
-} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0, 0, 0};
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0, 0};
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static pthread_key_t local_key; /* each thread's local-memory buffer, freed when the thread ends */
@@ -256,9 +255,12 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-/* How long an idle pool thread watches for the next job before it sleeps: back-to-back
- * launches then skip the wake-up (a futex wake and a scheduler round trip, 10-50 us). */
-#define PYO_SPIN 20000
+/* How long a launch's caller watches for the pool threads to finish their last ranges before it
+ * sleeps on a condition variable: they are about to finish, and a futex wake-up and scheduler
+ * round trip cost 10-50 us.  Idle pool threads do not spin at all: on a machine shared with other
+ * work (this project's 2-core machine under a load of 3-4) a spinning idle thread takes a core
+ * from the threads doing work, and measured launches got slower, not faster. */
+#define PYO_SPIN 1000
 
 static void *serve(void *arg) {
     uint64_t thread = (uint64_t)(uintptr_t)arg;
@@ -266,17 +268,9 @@ static void *serve(void *arg) {
     for (;;) {
         pyo_job *j = open_job();
         if (j == NULL) {
-            uint64_t seen = atomic_load(&pool.posted);
-            pthread_mutex_unlock(&pool.mu);
-            for (int i = 0; i < PYO_SPIN && atomic_load_explicit(&pool.posted, memory_order_relaxed) == seen; i++)
-                cpu_relax();
-            pthread_mutex_lock(&pool.mu);
-            j = open_job();
-            if (j == NULL) {
-                pool.sleepers++;
-                while ((j = open_job()) == NULL) pthread_cond_wait(&pool.work, &pool.mu);
-                pool.sleepers--;
-            }
+            pool.sleepers++;
+            while ((j = open_job()) == NULL) pthread_cond_wait(&pool.work, &pool.mu);
+            pool.sleepers--;
         }
         atomic_fetch_add(&j->workers, 1);
         pthread_mutex_unlock(&pool.mu);
@@ -338,7 +332,6 @@ __attribute__((visibility("default"))) int pyoffload_host_run(const pyo_launch *
         grow((int)threads - 1); /* fewer threads than asked (a thread limit): those there are */
         j.next = pool.jobs;
         pool.jobs = &j;
-        atomic_fetch_add(&pool.posted, 1);
         if (pool.sleepers) pthread_cond_broadcast(&pool.work);
         pthread_mutex_unlock(&pool.mu);
     }
