@@ -447,15 +447,10 @@ def _run_parallel(kernel: HostKernel, desc: _runtime.Launch, threads: int) -> No
     )
 
 
-def _geometry(desc: _runtime.Launch, grid: Any, block: Any) -> None:
-    desc.num_groups[:] = grid
-    desc.local_size[:] = block
-
-
 @hookimpl
 def launch_impl(device: Any, queue: HostQueue, kernel: HostKernel, grid: Any, block: Any, args: Any) -> None:
     if kernel.abi:
-        _geometry(args, grid, block)
+        _runtime.geometry(args, grid, block)
         queue.submit(_run_parallel, (kernel, args, _THREADS))
     else:
         queue.submit(kernel.fn, args)
@@ -467,7 +462,7 @@ def launch_prepare_impl(
 ) -> Callable[[], None]:
     submit = queue.submit
     if kernel.abi:
-        _geometry(args, grid, block)  # the runtime only reads the descriptor: it serves every repeat
+        _runtime.geometry(args, grid, block)  # the runtime only reads the descriptor: it serves every repeat
         run = (kernel, args, _THREADS)
         return lambda: submit(_run_parallel, run)
     fn = kernel.fn

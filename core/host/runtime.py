@@ -16,6 +16,7 @@ import hashlib
 import os
 import platform
 import struct
+import sys
 import tempfile
 import threading
 from importlib import resources
@@ -51,31 +52,27 @@ class Launch(ctypes.Structure):
     ]
 
 
-_MASK = (1 << 64) - 1
-_F32 = struct.Struct("<f")
-_U32 = struct.Struct("<I")
-_F64 = struct.Struct("<d")
-_U64 = struct.Struct("<Q")
-
-
-def _int_bits(value: Any) -> int:
-    return int(value) & _MASK  # two's complement: a negative integer sign-extended to 64 bits
-
-
-def _f32_bits(value: Any) -> int:
-    return _U32.unpack(_F32.pack(float(value)))[0]  # type: ignore[no-any-return]
-
-
-def _f64_bits(value: Any) -> int:
-    return _U64.unpack(_F64.pack(float(value)))[0]  # type: ignore[no-any-return]
+_SLOTS = Launch.slots.offset
+_FPR = Launch.fpr.offset
+_LOCAL_SLOT = Launch.local_slot.offset
+_LOCAL_BYTES = Launch.local_bytes.offset
+_GEOMETRY = struct.Struct("=6Q")  # num_groups, local_size: adjacent in Launch
+_GEOMETRY_AT = Launch.num_groups.offset
+assert Launch.local_size.offset == _GEOMETRY_AT + 24
+assert _LOCAL_BYTES < _SLOTS < _FPR  # the per-launch values, after every fixed field
+# A value's bytes in its 8-byte register or slot: C scalars, little- or big-endian as the machine
+# is (a float's bits in the low half on little-endian machines, where both conventions put it).
+_FORMATS = {"i8": "q", "i16": "q", "i32": "q", "i64": "q", "u8": "Q", "u16": "Q", "u32": "Q", "u64": "Q", "ptr": "Q"}
+_FORMATS.update({"f32": "f4x", "f64": "d", "local": "Q"})
 
 
 class Layout:
     """Where each parameter of a kernel goes: a register or a stack slot, as the C calling
     convention assigns them (integer-class and floating parameters each fill their registers in
-    order, the rest take 8-byte stack slots in parameter order)."""
+    order, the rest take 8-byte stack slots in parameter order).  Packing a launch is then one
+    copy of a template descriptor and one ``struct.pack_into`` of the values in place."""
 
-    __slots__ = ("abi", "ctx_slot", "places", "local_slots")
+    __slots__ = ("template", "start", "fmt", "order", "local")
 
     def __init__(self, abi: int, kinds: tuple[str, ...], name: str) -> None:
         if not GPR:
@@ -83,21 +80,25 @@ class Layout:
                 f"host backend: data-parallel kernel {name!r} cannot run on {platform.machine()}: the native "
                 "runtime knows the calling conventions of x86-64 (System V) and AArch64 Linux only"
             )
+        if sys.byteorder != "little":
+            raise UnsupportedError(f"host backend: data-parallel kernel {name!r}: a big-endian machine")
         params = ("ctx", *kinds) if abi == ABI_GROUPS else (*kinds, "ctx")
         gi = fi = si = 0
-        places: list[tuple[bool, int, Any]] = []  # (in the vector registers, index, converter)
-        ctx_slot = -1
-        local_slots: list[int] = []
+        places: list[tuple[int, int, str]] = []  # (byte offset in Launch, argument index, format)
+        template = Launch()
+        template.abi = abi
+        nlocal = 0
         for kind in params:
             floating = kind in ("f32", "f64")
             if floating and fi < FPR:
-                where, index = True, fi
+                offset = _FPR + 8 * fi
+                index = fi
                 fi += 1
             elif not floating and gi < GPR:
-                where, index = False, gi
+                offset, index = _SLOTS + 8 * gi, gi
                 gi += 1
             else:
-                where, index = False, GPR + si
+                offset, index = _SLOTS + 8 * (GPR + si), GPR + si
                 si += 1
             if si > STACK:
                 raise UnsupportedError(
@@ -105,40 +106,45 @@ class Layout:
                     f"{GPR} integer and {FPR} floating-point ones in registers and {STACK} more on the stack"
                 )
             if kind == "ctx":
-                ctx_slot = index
-            elif kind == "local":
-                local_slots.append(index)
-                places.append((False, index, None))
-            else:
-                conv = _f32_bits if kind == "f32" else _f64_bits if kind == "f64" else _int_bits
-                places.append((where, index, conv))
-        if len(local_slots) > MAX_LOCAL:
-            raise UnsupportedError(f"host backend: kernel {name!r} has more than {MAX_LOCAL} LocalMemory parameters")
-        self.abi = abi
-        self.ctx_slot = ctx_slot
-        self.places = tuple(places)
-        self.local_slots = tuple(local_slots)
+                template.ctx_slot = index
+                continue
+            arg = len(places)
+            if kind == "local":  # the runtime gives each thread its buffer: the slot, and the size
+                if nlocal == MAX_LOCAL:
+                    raise UnsupportedError(
+                        f"host backend: kernel {name!r} has more than {MAX_LOCAL} LocalMemory parameters"
+                    )
+                template.local_slot[nlocal] = index
+                offset = _LOCAL_BYTES + 8 * nlocal
+                nlocal += 1
+            places.append((offset, arg, _FORMATS[kind]))
+        template.nlocal = nlocal
+        places.sort()
+        # From the first value on: pack_into zeroes the gaps, which lie in local_bytes, slots and
+        # fpr (per-launch values, zero in the template; the runtime fills in the pointers)
+        self.start = at = places[0][0] if places else _LOCAL_BYTES
+        fmt = "="
+        for offset, _, code in places:
+            fmt += f"{offset - at}x{code}" if offset > at else code
+            at = offset + 8
+        self.template = bytes(template)
+        self.fmt = struct.Struct(fmt)
+        self.order = tuple(arg for _, arg, _ in places)
+        self.local = tuple(i for i, kind in enumerate(kinds) if kind == "local")
 
     def pack(self, fn: int, values: tuple[Any, ...]) -> Launch:
         """One launch's descriptor for ``values`` (checked by the generic layer); the grid and
-        block are filled in when it is launched."""
-        desc = Launch()
+        block are filled in when it is launched (:func:`geometry`)."""
+        if self.local:
+            values = tuple(v.size if i in self.local else v for i, v in enumerate(values))
+        desc = Launch.from_buffer_copy(self.template)
         desc.fn = fn
-        desc.abi = self.abi
-        desc.ctx_slot = self.ctx_slot
-        slots, fpr = desc.slots, desc.fpr
-        nlocal = 0
-        for (vector, index, conv), value in zip(self.places, values, strict=True):
-            if conv is None:  # LocalMemory: the runtime gives each thread its buffer
-                desc.local_slot[nlocal] = index
-                desc.local_bytes[nlocal] = value.size
-                nlocal += 1
-            elif vector:
-                fpr[index] = conv(value)
-            else:
-                slots[index] = conv(value)
-        desc.nlocal = nlocal
+        self.fmt.pack_into(desc, self.start, *[values[i] for i in self.order])
         return desc
+
+
+def geometry(desc: Launch, grid: tuple[int, int, int], block: tuple[int, int, int]) -> None:
+    _GEOMETRY.pack_into(desc, _GEOMETRY_AT, *grid, *block)
 
 
 _lock = threading.Lock()
