@@ -183,7 +183,8 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable(
         "PYOFFLOAD_HOST_THREADS",
-        "threads that run a data-parallel host kernel's work-groups (default: `os.cpu_count()`)",
+        "threads that run a data-parallel host kernel's work-groups, on the host backend's native pool "
+        "(default: the CPUs this process may run on, `os.sched_getaffinity`)",
         lambda: integer("PYOFFLOAD_HOST_THREADS", None, minimum=1),
     ),
     Variable(

@@ -3,7 +3,8 @@ loading it, and laying out a launch for it.
 
 The C runtime is compiled once per machine and compiler, with the compiler that builds kernels,
 and kept in the build cache (``PYOFFLOAD_CACHE_DIR``, else the user cache directory) like kernel
-images; where the cache cannot be written it is built per process.  Without a C compiler there
+images; where the cache is off (``PYOFFLOAD_BUILD_CACHE=0``) or cannot be written it is built
+per process and loaded from memory.  Without a C compiler there
 are no kernels to run either, so nothing is lost; on a machine whose calling convention the
 runtime does not know (other than x86-64 System V and AArch64 Linux), data-parallel launches are
 refused with ``UNSUPPORTED`` naming the reason.
@@ -23,6 +24,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from .. import settings
 from ..errors import UnsupportedError
 
 # The platform's C calling convention, as the runtime's call() uses it (see the C file).
@@ -172,6 +174,8 @@ def _build() -> Any:
 
     directory: Path | None = None
     try:
+        if not settings.flag("PYOFFLOAD_BUILD_CACHE", True):
+            raise OSError("the build cache is off")  # built per process, in memory
         directory = cache_dir()
         path = directory / name
         if path.is_file():
@@ -191,7 +195,9 @@ def _build() -> Any:
             pass
     # no writable cache: load it from memory, as kernel images are (the descriptor stays open)
     fd = os.memfd_create("pyoffload-host-runtime", os.MFD_CLOEXEC)
-    os.write(fd, image)
+    view = memoryview(image)
+    while view:
+        view = view[os.write(fd, view) :]
     return ctypes.CDLL(f"/proc/self/fd/{fd}", mode=os.RTLD_NOW | os.RTLD_LOCAL)
 
 
