@@ -90,3 +90,13 @@ def test_every_device_of_the_covered_backends_is_tested() -> None:
 def test_other_backends_are_refused_clearly() -> None:
     with pytest.raises(pyoffload.UnsupportedError, match="no kernels for"):
         arraylib.empty(4, device=_device(OTHERS[0]))
+
+
+@pytest.mark.parametrize("n", [1, 37, 128])
+def test_generated_c_runs_parallel_without_a_wrapper(n: int) -> None:
+    """examples/generated_c.py: plain generated C functions with a trailing launch context (no
+    wrapper, no macros) run on the host device and match numpy (the example checks)."""
+    import generated_c
+
+    times = generated_c.run(n)
+    assert set(times) == {"matmul", "fused"}
