@@ -128,6 +128,16 @@ void ctx_group_sum(int64_t *out, const int64_t *in, int64_t *scratch, const pyof
     }
 }
 
+PYOFFLOAD_KERNEL(add1)(PYOFFLOAD_GROUPS, uint64_t *x) {
+    PYOFFLOAD_FOR_EACH_GROUP {
+        PYOFFLOAD_FOR_EACH_ITEM { x[pyoffload_global_id(0)] += 1; }
+    }
+}
+
+void ctx_add1(uint64_t *x, const pyoffload_launch *ctx) {
+    for (uint64_t l = 0; l < ctx->local_size[0]; l++) x[ctx->group_linear_id * ctx->local_size[0] + l] += 1;
+}
+
 /* group `at` traps */
 void ctx_trap(int32_t *out, int32_t at, const pyoffload_launch *ctx) {
     if (ctx->group_linear_id == (uint64_t)at) pyoffload_launch_trap(ctx);
@@ -377,3 +387,42 @@ def test_the_thread_pool_survives_fork_and_never_holds_up_exit():
     env = {**__import__("os").environ, "PYOFFLOAD_HOST_THREADS": "2", "PYOFFLOAD_EXIT_TIMEOUT": "1"}
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0 and proc.stdout == "exiting\n", proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("threads", [3], indirect=True)
+def test_launches_of_several_queues_share_the_pool(threads):
+    """Queues on several Python threads launch at once (both conventions, random grids): every
+    group of every launch runs exactly once."""
+    import threading
+
+    errors: list[str] = []
+    with _program() as prog:
+
+        def client(seed: int) -> None:
+            rng = np.random.default_rng(seed)
+            dev = pyoffload.host_device()
+            with dev.create_queue() as q:
+                n, block = 2048, 32
+                a = dev.alloc(8 * n)
+                pyoffload.memcpy(a, np.zeros(n, np.uint64))
+                expect = np.zeros(n, np.uint64)
+                for i in range(120):
+                    groups = int(rng.integers(1, n // block + 1))
+                    if i % 2:
+                        q.launch(prog.kernel("ctx_add1"), groups, block, [a])
+                    else:
+                        q.launch(prog.kernel("add1"), groups, block, [a])
+                    expect[: groups * block] += 1
+                q.wait()
+                out = np.zeros(n, np.uint64)
+                pyoffload.memcpy(out, a)
+                if not np.array_equal(out, expect):
+                    errors.append(f"client {seed}: items {np.flatnonzero(out != expect)[:5]} wrong")
+                a.free()
+
+        clients = [threading.Thread(target=client, args=(seed,)) for seed in range(3)]
+        for t in clients:
+            t.start()
+        for t in clients:
+            t.join()
+    assert errors == []
