@@ -2,7 +2,9 @@
 
 Rows: unit tests; conformance on host only; OpenCL with one PoCL device; OpenCL with two PoCL
 devices; the CUDA and AMDGPU backends against their driver-level fakes; the MPI backend under
-``mpirun -n 3`` on loopback (pytest on rank 0; the host and PoCL devices of ranks 1 and 2); the
+``mpirun -n 3`` on loopback (pytest on rank 0; the host and PoCL devices of ranks 1 and 2), again
+as between machines (``mpi-tcp``: TCP only, no shared memory, no cross-memory attach), and
+examples/arraylib's tests on those remote devices over the same path (``arraylib-mpi``); the
 core, host and OpenCL rows again on Python 3.12 and 3.13; again as installed without a C compiler
 (``*-pure``: the same source, interpreted); under AddressSanitizer + UBSan (``asan-*``,
 scripts/sanitize.py); and ``demo-no-pyenv``, the README's demo
@@ -94,6 +96,36 @@ def rows() -> list[Row]:
                 "mpi",
                 py,
                 (*mpirun, py, "-m", "pyoffload_mpi"),
+            )
+        )
+        # The multi-machine path: TCP only (no shared-memory transport) and no cross-memory attach,
+        # so every byte between ranks travels as it would between nodes.
+        # ob1 named: a PML of its own (UCX) would bring its own shared-memory transports.
+        tcp_only = (
+            *(a if a != "tcp,self,vader" else "tcp,self" for a in mpirun[:-2]),
+            "--mca",
+            "pml",
+            "ob1",
+            *mpirun[-2:],
+        )
+        tcp_env = {
+            "PYOFFLOAD_PLUGINS": "mpi",
+            "PYOFFLOAD_MPI_SERVE": "opencl",
+            "PYOFFLOAD_MPI_CMA": "0",
+            "POCL_DEVICES": "pthread",
+            "PYOFFLOAD_MPI_TIMEOUT": "30",
+        }
+        full.append(("mpi-tcp", tcp_env, CONFORMANCE, "mpi", py, (*tcp_only, py, "-m", "pyoffload_mpi")))
+        # A framework on other ranks' devices: examples/arraylib's tests, every remote device (each
+        # server's host and PoCL device) and every pair of them, over the same TCP-only path.
+        full.append(
+            (
+                "arraylib-mpi",
+                tcp_env,
+                [str(ROOT / "tests" / "test_examples.py")],
+                "mpi",
+                py,
+                (*tcp_only, py, "-m", "pyoffload_mpi"),
             )
         )
     full.append(("demo-no-pyenv", {}, [str(ROOT / "scripts" / "tests")], None, py, (py,)))

@@ -1,5 +1,7 @@
 """examples/arraylib on every device found, against numpy: elementwise operations, the reduction,
-moves between every pair of devices and zero-copy views."""
+moves between every pair of devices and zero-copy views.  The unit row runs it on this process's
+devices; the ``arraylib-mpi`` row runs it under ``mpirun -n 3`` (scripts/matrix.py), where the
+devices of the other two ranks (their host and PoCL devices) are remote devices of rank 0."""
 
 from __future__ import annotations
 
@@ -16,8 +18,8 @@ import arraylib  # noqa: E402
 
 # Parametrised by device id: other tests of the session shut the runtime down and start fresh
 # ones, so each test looks its devices up in the runtime of the moment.
-DEVICES = [d.id for d in pyoffload.devices() if d.backend in arraylib.BACKENDS]
-OTHERS = [d.id for d in pyoffload.devices() if d.backend not in arraylib.BACKENDS]
+DEVICES = [d.id for d in pyoffload.devices() if arraylib.source_backend(d) in arraylib.BACKENDS]
+OTHERS = [d.id for d in pyoffload.devices() if arraylib.source_backend(d) not in arraylib.BACKENDS]
 
 
 def _device(dev_id: str) -> pyoffload.Device:
@@ -43,12 +45,18 @@ def test_elementwise_and_sum(device: pyoffload.Device, dtype: type, n: int) -> N
 
 
 def test_views_are_zero_copy_where_host_accessible(device: pyoffload.Device) -> None:
-    arr = arraylib.asarray(np.arange(16, dtype=np.float32), device, kind=pyoffload.AllocKind.HOST)
-    view = arr.numpy()
-    assert view.ctypes.data == arr.alloc.ptr  # the array's own memory, not a copy
-    assert (view == np.arange(16)).all()
-    with pytest.raises(pyoffload.InvalidArgumentError):
-        arr.alloc.free()  # the view still points into it
+    # A remote device (another rank's) has only DEVICE memory: host memory must be readable at its
+    # address in this process.
+    if pyoffload.AllocKind.HOST in device.limits.kinds:
+        arr = arraylib.asarray(np.arange(16, dtype=np.float32), device, kind=pyoffload.AllocKind.HOST)
+        view = arr.numpy()
+        assert view.ctypes.data == arr.alloc.ptr  # the array's own memory, not a copy
+        assert (view == np.arange(16)).all()
+        with pytest.raises(pyoffload.InvalidArgumentError):
+            arr.alloc.free()  # the view still points into it
+    else:
+        with pytest.raises(pyoffload.UnsupportedError):
+            arraylib.asarray(np.arange(16, dtype=np.float32), device, kind=pyoffload.AllocKind.HOST)
     dev_arr = arraylib.asarray(np.arange(4, dtype=np.float32), device)
     out = dev_arr.numpy()
     assert (out == np.arange(4)).all()
@@ -80,10 +88,12 @@ def test_mismatched_operands_are_refused(device: pyoffload.Device) -> None:
 
 
 def test_every_device_of_the_covered_backends_is_tested() -> None:
-    # The unit row runs with PYOFFLOAD_PLUGINS=opencl: every OpenCL device found is tested.
+    # The unit row runs with PYOFFLOAD_PLUGINS=opencl: every OpenCL device found is tested; the
+    # arraylib-mpi row with PYOFFLOAD_PLUGINS=mpi: every remote device (each rank's host and PoCL).
     assert DEVICES[-1] == pyoffload.host_device().id
-    opencl = [r for r in pyoffload.plugins() if r.name == "opencl" and r.status == "ok"]
-    assert len([i for i in DEVICES if _device(i).backend == "opencl"]) == sum(r.devices for r in opencl)
+    for name in ("opencl", "mpi"):
+        found = [r for r in pyoffload.plugins() if r.name == name and r.status == "ok"]
+        assert len([i for i in DEVICES if _device(i).backend == name]) == sum(r.devices for r in found)
 
 
 @pytest.mark.skipif(not OTHERS, reason="every device found is of a backend arraylib has kernels for")

@@ -2,7 +2,8 @@
 
 Arrays live in one device's memory.  Every operation is enqueued on its device's queue and
 returns at once; reading an array back (``numpy()``) waits.  Kernels are built from source the
-first time a device is used: C on the host backend, OpenCL C on OpenCL devices.
+first time a device is used: C on the host backend, OpenCL C on OpenCL devices, and the same on
+those devices of other MPI ranks (pyoffload-mpi).
 
     import numpy as np, arraylib
     a = arraylib.asarray(np.arange(4, dtype=np.float32))
@@ -22,7 +23,7 @@ import numpy as np
 import pyoffload
 from pyoffload import AllocKind, LocalMemory
 
-__all__ = ["BACKENDS", "Array", "asarray", "empty"]
+__all__ = ["BACKENDS", "Array", "asarray", "empty", "source_backend"]
 
 # Kernel sources by backend; both declare the same kernels with the same parameters.
 _SOURCES = {"host": "kernels.c", "opencl": "kernels.cl"}
@@ -33,13 +34,20 @@ _SUFFIX = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 BLOCK = 64
 
 
+def source_backend(device: pyoffload.Device) -> str:
+    """The backend whose source language builds programs for ``device``: its own, or, for a
+    device of another MPI rank (pyoffload-mpi), the backend that drives it there."""
+    return str(device.info.get("mpi.remote_backend") or device.backend)
+
+
 class _DeviceState:
     """What arraylib keeps per device: one in-order queue for all its work, and its program."""
 
     def __init__(self, device: pyoffload.Device) -> None:
-        name = _SOURCES.get(device.backend)
+        backend = source_backend(device)
+        name = _SOURCES.get(backend)
         if name is None:
-            raise pyoffload.UnsupportedError(f"arraylib has no kernels for the {device.backend!r} backend")
+            raise pyoffload.UnsupportedError(f"arraylib has no kernels for the {backend!r} backend")
         source = (Path(__file__).parent / name).read_text()
         self.program = device.build_program(source)  # built once, then from the on-disk cache
         self.queue = device.create_queue()
