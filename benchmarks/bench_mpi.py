@@ -39,7 +39,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import pyoffload  # noqa: E402
-from _stats import Figure, Target, fmt_size, gbps, measure, us  # noqa: E402
+from _stats import Figure, Target, fmt_size, gbps, measure, time_batch, us  # noqa: E402
 from report import markdown  # noqa: E402
 from run import _machine  # noqa: E402
 
@@ -47,6 +47,7 @@ SUITE = "mpi"
 MiB = 1 << 20
 BANDWIDTH = Target("ratio", ">=", 0.8, "≥ 0.8× raw (≥ 1 MiB)")
 LATENCY = Target("value", "<=", 20.0, "≤ 20 µs per launch")
+SMALL = Target("diff", "<=", 20.0, "≤ round trip + local copy + 20 µs")
 
 
 def _link() -> Any:
@@ -65,6 +66,92 @@ def _device(rank: int) -> Any:
         sys.exit(f"rank {rank} serves no device: start 3 ranks with PYOFFLOAD_PLUGINS=mpi")
     hosts = [d for d in found if d.info["mpi.remote_backend"] == "host"]
     return (hosts or found)[0]
+
+
+def _devices(rank: int) -> dict[str, Any]:
+    """``rank``'s devices by the kind of their memory: "host memory" (the host backend's) and
+    "device memory" (any other backend's: PoCL here), where it serves one."""
+    found = [d for d in pyoffload.devices() if d.backend == "mpi" and d.info["mpi.rank"] == rank]
+    out: dict[str, Any] = {}
+    for d in found:
+        out.setdefault("host memory" if d.info["mpi.remote_backend"] == "host" else "device memory", d)
+    return out
+
+
+def transport(link: Any) -> str:
+    """What carries the bytes between rank 0 and the servers in this job, for the figures' labels:
+    Open MPI's byte transfer layers (``--mca btl``) and whether rank 0 reaches a server's memory
+    by cross-memory attach."""
+    import os
+
+    btl = os.environ.get("OMPI_MCA_btl", "default btl")
+    cma = "CMA" if any(0 in pair for pair in link.reach) else "no CMA"
+    return f"{btl}, {cma}"
+
+
+def _small(link: Any, cfg: argparse.Namespace) -> list[Figure]:
+    """Synchronous small copies between rank 0 and each kind of rank-1 memory, against what they
+    cannot beat: MPI's own round trip of the same bytes (``size`` one way, 1 byte back) plus the
+    device's own blocking copy of them on its rank (timed there)."""
+    from pyoffload_mpi.protocol import local_address
+
+    comm, byte = link.comm, link.MPI.BYTE
+    size = cfg.small
+    n = 300 if cfg.quick else 2000
+    host = np.ones(size, np.uint8)
+    one = bytearray(1)
+    label = transport(link)
+    figs = []
+
+    def raw(role: str) -> Any:
+        def batch(k: int) -> None:
+            tag = link.tags.take()
+            started = link.start(1, "raw", role, 0, tag, size, k)
+            first, then = ([host, byte], [one, byte]) if role == "echo" else ([one, byte], [host, byte])
+            for _ in range(k):
+                comm.Send(first, 1, tag)
+                comm.Recv(then, 1, tag)
+            link.finish(started, drive=False)
+
+        return batch
+
+    for kind, dev in _devices(1).items():
+        a = dev.alloc(size)
+        pyoffload.memcpy(a, host)
+        for to_device in (True, False):
+            pair = (a, host) if to_device else (host, a)
+            name = f"synchronous {fmt_size(size)} copy {'host → rank 1' if to_device else 'rank 1 → host'} {kind}"
+
+            def ours(k: int, pair: Any = pair) -> None:
+                for _ in range(k):
+                    pyoffload.memcpy(*pair, size)
+
+            trip = raw("echo" if to_device else "serve")
+            ours(n // 10)
+            trip(n // 10)
+            values, base = [], []
+            for r in range(cfg.repeats):
+                order = [ours, trip] if r % 2 == 0 else [trip, ours]
+                got = {fn: time_batch(fn, n) for fn in order}
+                local = link.call(1, "local_copy", local_address(a.ptr, 1), size, n, to_device)
+                values.append(got[ours] * 1e6)
+                base.append((got[trip] + local) * 1e6)
+            figs.append(
+                Figure(
+                    SUITE,
+                    name,
+                    "mpi",
+                    label,
+                    "us",
+                    values,
+                    "mpi4py round trip + the device's local copy",
+                    base,
+                    SMALL,
+                    extra={"kind": kind, "transport": label},
+                )
+            )
+        pyoffload.free(a)
+    return figs
 
 
 def _bandwidth(link: Any, dev1: Any, dev2: Any, size: int, cfg: argparse.Namespace) -> list[Figure]:
@@ -252,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
         type=lambda text: [int(float(v) * MiB) for v in text.split(",")],
         help="copy sizes in MiB, comma-separated (default 1,4,16,64,256; --quick: 1,16,256)",
     )
+    ap.add_argument("--small", type=int, default=4096, help="bytes of the small synchronous copies (default 4096)")
+    ap.add_argument("--only", choices=("small", "launch", "bandwidth"), nargs="*", help="run only these parts")
     cfg = ap.parse_args(argv)
     cfg.repeats = 3 if cfg.quick else 5
     link = _link()
@@ -260,8 +349,11 @@ def main(argv: list[str] | None = None) -> int:
     sizes = cfg.sizes or (
         [1 * MiB, 16 * MiB, 256 * MiB] if cfg.quick else [1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB]
     )
-    figures = _launch(link, dev1, cfg)
-    for size in sizes:
+    parts = set(cfg.only or ("small", "launch", "bandwidth"))
+    figures = _small(link, cfg) if "small" in parts else []
+    if "launch" in parts:
+        figures += _launch(link, dev1, cfg)
+    for size in sizes if "bandwidth" in parts else ():
         print(f"[mpi] {fmt_size(size)} ...", flush=True)
         figures += _bandwidth(link, dev1, dev2, size, cfg)
     rows = [f.as_dict() for f in figures]

@@ -362,9 +362,30 @@ class Server:
         if role == "send":
             for _ in range(count):
                 self.comm.Send([buffer, byte], peer, mpi_tag)
-        else:
+        elif role == "recv":
             for _ in range(count):
                 self.comm.Recv([buffer, byte], peer, mpi_tag)
+        else:  # a round trip: "echo" receives ``size`` bytes and answers 1, "serve" the reverse
+            one = bytearray(1)
+            first, then = ([buffer, byte], [one, byte]) if role == "echo" else ([one, byte], [buffer, byte])
+            for _ in range(count):
+                self.comm.Recv(first, peer, mpi_tag)
+                self.comm.Send(then, peer, mpi_tag)
+
+    def rpc_local_copy(self, ptr: int, size: int, count: int, to_device: bool) -> float:
+        """Seconds per blocking ``pyoffload.memcpy`` of ``size`` bytes between a host buffer and
+        the memory at ``ptr`` of this rank, made here ``count`` times: the device's own local copy,
+        which the benchmarks add to a raw round trip to tell what a remote copy costs over both."""
+        import pyoffload
+
+        host = np.zeros(size, np.uint8)
+        memcpy = pyoffload.memcpy
+        pair = (ptr, host) if to_device else (host, ptr)
+        memcpy(*pair, size)
+        start = time.perf_counter()
+        for _ in range(count):
+            memcpy(*pair, size)
+        return (time.perf_counter() - start) / count
 
     # -- programs ---------------------------------------------------------------------------
 
