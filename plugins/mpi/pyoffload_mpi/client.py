@@ -99,10 +99,10 @@ class RemoteQueue:
         self.probe: tuple[int, RemoteEvent] | None = None  # for queue_query_impl
         self.enqueued = 0  # operations enqueued so far
         self.settled = 0  # of those, how many rank 0 knows to have completed without a failure
-        # A copy rank 0 makes itself when the queue is next synchronised, unless other work comes
-        # first (plugin.py, "copies rank 0 makes itself"): (write, server address, local address,
-        # size, its number among the enqueued operations).
-        self.deferred: tuple[bool, int, int, int, int] | None = None
+        # A copy deferred to the queue's next synchronisation, unless other work comes first
+        # (plugin.py, "copies rank 0 makes itself"): (its request, (write, server address, local
+        # address, size) where rank 0 may make it itself, its number among the enqueued operations).
+        self.deferred: tuple[tuple[Any, ...], tuple[bool, int, int, int] | None, int] | None = None
         self.moving = threading.Lock()  # held while rank 0 makes a deferred copy
         self.computing = False  # a kernel was launched since the last event recorded
         self.copying = False  # a copy that moves bytes was enqueued since then
@@ -307,6 +307,14 @@ class Link:
         event = RemoteEvent(next(self.ids), queue, kept)
         self.events[event.eid] = event
         self.post(queue.rank, ("record", queue.qid, event.eid, kept))
+        return event
+
+    def record_with(self, queue: RemoteQueue, message: tuple[Any, ...]) -> RemoteEvent:
+        """Send the request ``message`` on ``queue`` and, in the same message, an event recorded
+        right behind it (not kept: for a synchronisation)."""
+        event = RemoteEvent(next(self.ids), queue, False)
+        self.events[event.eid] = event
+        self.post(queue.rank, ("then_record", queue.qid, event.eid, message))
         return event
 
     def wait_event(self, event: RemoteEvent, synchronising: bool = False) -> None:

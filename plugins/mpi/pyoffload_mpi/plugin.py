@@ -220,6 +220,13 @@ def data_free_impl(context: RemoteContext, device: RemoteDevice | None, ptr: int
 # copy to the server ahead of itself, as the request it would have been, so queued copies stay
 # asynchronous and in queue order.  ``RemoteQueue.moving`` is held while a deferred copy is
 # taken and made or sent: a synchronisation that finds one being made waits for it.
+#
+# Small copies the server makes, deferred the same way.  A copy of at most ``SMALL`` bytes that
+# rank 0 cannot make itself (the server's side is a device's own memory, or no cross-memory
+# attach reaches the server) is deferred too, as the request it will be (to a server: its bytes
+# inside the request, not in a message of their own).  The synchronisation then sends it with
+# the event it waits for in one message (``then_record``): a synchronous small copy is one
+# request and one reply, as MPI's own round trip is, and the server makes it at once.
 
 
 # A synchronous copy to a server larger than this is made by both: rank 0 writes its first half
@@ -229,28 +236,35 @@ def data_free_impl(context: RemoteContext, device: RemoteDevice | None, ptr: int
 # 0.94-1.04x.)
 WRITE_HERE_UP_TO = 2 << 20
 
+SMALL = 64 << 10
+"""Copies up to this size that rank 0 cannot make itself are deferred to the synchronisation, and
+their bytes travel inside the request (see above)."""
 
-def _defer(link: Link, queue: RemoteQueue, write: bool, address: int, local: int, size: int) -> bool:
-    """Defer a copy between rank 0's ``local`` and the server's ``address`` to the queue's next
-    synchronisation, if rank 0 may make it then (see above); it counts as enqueued."""
-    if (
-        queue.settled != queue.enqueued
-        or queue.error is not None
-        or queue.profiling
-        or not queue.device.host_memory
-        or (0, queue.rank) not in link.reach
-    ):
+
+def _defer(
+    link: Link, queue: RemoteQueue, message: tuple[Any, ...], here: tuple[bool, int, int, int] | None = None
+) -> bool:
+    """Defer a copy to the queue's next synchronisation when the queue has nothing in flight (see
+    above); it counts as enqueued.  ``message`` is its request; ``here`` (write, server address,
+    local address, size) where rank 0 may make it itself instead."""
+    if queue.settled != queue.enqueued or queue.error is not None or queue.profiling:
+        return False
+    if here is not None and (not queue.device.host_memory or (0, queue.rank) not in link.reach):
         return False
     queue.enqueued += 1
-    queue.deferred = (write, address, local, size, queue.enqueued)
+    queue.deferred = (message, here, queue.enqueued)
     return True
 
 
-def _post_cma(link: Link, queue: RemoteQueue, write: bool, address: int, local: int, size: int) -> None:
+def _cma_request(queue: RemoteQueue, write: bool, address: int, local: int, size: int) -> tuple[Any, ...]:
     """The request that makes the server read a copy to it (``write``) from rank 0's ``local``, or
     write a copy from it there."""
+    return ("submit_from" if write else "retrieve_to", queue.qid, address, size, local)
+
+
+def _post_copy(link: Link, queue: RemoteQueue, message: tuple[Any, ...]) -> None:
     queue.copying = True  # (a wait for it spins: the bytes move now)
-    link.post(queue.rank, ("submit_from" if write else "retrieve_to", queue.qid, address, size, local))
+    link.post(queue.rank, message)
 
 
 def _send_deferred(link: Link, queue: RemoteQueue) -> None:
@@ -258,23 +272,28 @@ def _send_deferred(link: Link, queue: RemoteQueue) -> None:
     with queue.moving:
         deferred, queue.deferred = queue.deferred, None
         if deferred is not None:
-            _post_cma(link, queue, *deferred[:4])
+            _post_copy(link, queue, deferred[0])
 
 
-def _make_deferred(link: Link, queue: RemoteQueue) -> None:
-    """The queue is synchronised: make its deferred copy here (or wait for the thread making it)."""
+def _make_deferred(link: Link, queue: RemoteQueue) -> RemoteEvent | None:
+    """The queue is synchronised: make its deferred copy here (or wait for the thread making it),
+    or send it with the event the synchronisation waits for, which is returned."""
     with queue.moving:
         deferred, queue.deferred = queue.deferred, None
         if deferred is None:
-            return
-        write, address, local, size, number = deferred
-        try:
-            cma.move(write, queue.device.info["mpi.pid"], address, local, size)
-        except OSError:  # (the server went away, say): the request reports what happened
-            _post_cma(link, queue, write, address, local, size)
-            return
-        if queue.settled == number - 1:
-            queue.settled = number
+            return None
+        message, here, number = deferred
+        if here is not None:
+            try:
+                cma.move(here[0], queue.device.info["mpi.pid"], *here[1:])
+            except OSError:  # (the server went away, say): the request reports what happened
+                pass
+            else:
+                if queue.settled == number - 1:
+                    queue.settled = number
+                return None
+        queue.copying = True
+        return link.record_with(queue, message)
 
 
 @hookimpl
@@ -286,15 +305,27 @@ def data_submit_impl(device: RemoteDevice, queue: RemoteQueue, dst: int, src: me
         link.bytes_sent += size
         address, local = local_address(dst, queue.rank), cma.address(src)
         here = size if size <= WRITE_HERE_UP_TO else (size // 2) & ~4095
-        if _defer(link, queue, True, address, local, here):
-            if here == size:
-                return
-            address, local, size = address + here, local + here, size - here
+        if queue.device.host_memory:
+            if _defer(link, queue, _cma_request(queue, True, address, local, here), (True, address, local, here)):
+                if here == size:
+                    return
+                address, local, size = address + here, local + here, size - here
+        elif size <= SMALL and _defer(link, queue, _cma_request(queue, True, address, local, size)):
+            return
         queue.enqueued += 1
-        _post_cma(link, queue, True, address, local, size)
+        _post_copy(link, queue, _cma_request(queue, True, address, local, size))
+        return
+    address = local_address(dst, queue.rank)
+    if size <= SMALL:
+        # The bytes inside the request: one message, and the caller's buffer is free at once.
+        message = ("put", queue.qid, address, bytes(src[:size]))
+        link.bytes_sent += size
+        if not _defer(link, queue, message):
+            queue.enqueued += 1
+            _post_copy(link, queue, message)
         return
     queue.enqueued += 1
-    link.post(queue.rank, ("submit", queue.qid, local_address(dst, queue.rank), size), src[:size])
+    link.post(queue.rank, ("submit", queue.qid, address, size), src[:size])
 
 
 @hookimpl
@@ -306,15 +337,19 @@ def data_retrieve_impl(device: RemoteDevice, queue: RemoteQueue, dst: memoryview
     if (queue.rank, 0) in link.reach:
         link.bytes_received += size
         local = cma.address(dst)
-        if not _defer(link, queue, False, address, local, size):
+        message = _cma_request(queue, False, address, local, size)
+        here = (False, address, local, size) if queue.device.host_memory else None
+        if (here is None and size > SMALL) or not _defer(link, queue, message, here):
             queue.enqueued += 1
-            _post_cma(link, queue, False, address, local, size)
+            _post_copy(link, queue, message)
         return
-    queue.enqueued += 1
     with _lock:
         mpi_tag = link.tags.take()
     link.receive(queue, mpi_tag, dst[:size])  # before the request: the bytes move as soon as they are sent
-    link.post(queue.rank, ("retrieve", queue.qid, address, size, mpi_tag))
+    message = ("retrieve", queue.qid, address, size, mpi_tag)
+    if size > SMALL or not _defer(link, queue, message):
+        queue.enqueued += 1
+        link.post(queue.rank, message)
 
 
 @hookimpl
@@ -478,12 +513,16 @@ def queue_destroy_impl(device: RemoteDevice, queue: RemoteQueue) -> None:
 @hookimpl
 def queue_synchronize_impl(device: RemoteDevice, queue: RemoteQueue) -> None:
     link = queue.link
-    if queue.deferred is not None or queue.moving.locked():
-        _make_deferred(link, queue)
-    if queue.settled == queue.enqueued and queue.error is None:
-        return  # nothing in flight: no round trip
     count = queue.enqueued
-    link.wait_event(link.record(queue, kept=False), synchronising=True)
+    event = None
+    if queue.deferred is not None or queue.moving.locked():
+        event = _make_deferred(link, queue)
+    if event is None:
+        if queue.settled == queue.enqueued and queue.error is None:
+            return  # nothing in flight: no round trip
+        count = queue.enqueued
+        event = link.record(queue, kept=False)
+    link.wait_event(event, synchronising=True)
     if count > queue.settled:
         queue.settled = count
 

@@ -226,6 +226,9 @@ class Server:
 
     def _handle(self, request: tuple[Any, ...]) -> None:
         self.requests += 1
+        self._carry_out(request)
+
+    def _carry_out(self, request: tuple[Any, ...]) -> None:
         op = request[0]
         if op in _RPC:
             rid = request[1]
@@ -450,6 +453,27 @@ class Server:
         served.recorded += 1
         served.pending.put((eid, event, keep))
 
+    def do_then_record(self, served: ServedQueue, eid: int, request: tuple[Any, ...]) -> None:
+        """``request``, then an event recorded behind it (not kept): the two requests a
+        synchronous copy would have sent, in one message (one request, in ``rpc_stats``).  A
+        failure of the request is the queue's, reported (``_carry_out``) before the event is."""
+        self._carry_out(request)
+        self.do_record(served, eid, False)
+
+    def do_put(self, served: ServedQueue, dst: int, data: bytes) -> None:
+        """A small copy whose bytes came inside the request."""
+        size = len(data)
+        direct = self._in_place(dst, size, served)
+        if direct is not None:
+            direct[:] = data
+            return
+        source = np.frombuffer(data, np.uint8)
+        if self._staged_now(served, size):
+            self._copy_now(served, dst, source, size)
+            return
+        served.touched = True
+        served.queue.memcpy(dst, source, size)
+
     def do_event_release(self, served: None, eid: int) -> None:
         self.events.pop(eid, None)
 
@@ -488,6 +512,12 @@ class Server:
             self._read_ahead()
             wait_all(requests, self._read_ahead)
             return
+        if self._staged_now(served, size):  # small, and nothing before it on the queue: here, blocking
+            buffer = np.empty(size, np.uint8)
+            wait_raw(self.comm.Irecv([buffer, _byte()], 0, TAG_REQUEST))
+            self._read_ahead()  # (the synchronisation of a synchronous copy is on its way)
+            self._copy_now(served, dst, buffer, size)
+            return
         # Else the device copies each chunk while the next one arrives.
         served.touched = True
         failure: BaseException | None = None
@@ -516,9 +546,13 @@ class Server:
             self._read_ahead()  # (the synchronisation of a synchronous copy is on its way)
             cma.read(pid, src, cma.address(direct), size)
             return
-        served.touched = True
         staging = np.empty(size, np.uint8)
         cma.read(pid, src, staging.ctypes.data, size)
+        if self._staged_now(served, size):
+            self._read_ahead()
+            self._copy_now(served, dst, staging, size)
+            return
+        served.touched = True
         served.queue.memcpy(dst, staging, size)
 
     def do_retrieve_to(self, served: ServedQueue, src: int, size: int, dst: int) -> None:
@@ -530,8 +564,13 @@ class Server:
             self._read_ahead()
             cma.write(pid, dst, cma.address(direct), size)
             return
-        served.touched = True
         staging = np.empty(size, np.uint8)
+        if self._staged_now(served, size):
+            self._copy_now(served, staging.data, src, size)
+            self._read_ahead()
+            cma.write(pid, dst, staging.ctypes.data, size)
+            return
+        served.touched = True
         served.queue.memcpy(staging.data, src, size)
         served.queue.launch_host_function(self._guarded(served, lambda: cma.write(pid, dst, staging.ctypes.data, size)))
 
@@ -569,8 +608,14 @@ class Server:
                 self._read_ahead()
                 wait_all(requests, self._read_ahead)
                 return
-            served.touched = True
             staging = np.empty(size, np.uint8).data
+            if self._staged_now(served, size):
+                self._copy_now(served, staging, src, size)
+                requests = _post(self.comm.Isend, staging, 0, mpi_tag)
+                self._read_ahead()
+                wait_all(requests, self._read_ahead)
+                return
+            served.touched = True
             served.queue.memcpy(staging, src, size)
         except BaseException:
             wait_all([self.comm.Isend([b"", _byte()], 0, mpi_tag) for _ in chunks(size)])
@@ -715,6 +760,27 @@ class Server:
             return None  # (past the end: the staged copy reports the error)
         return view[:size]
 
+    def _staged_now(self, served: ServedQueue, size: int) -> bool:
+        """Whether a staged copy (memory MPI cannot read or write itself: a device's own) is made
+        here and now, blocking: it is small (the loop takes no request meanwhile) and nothing is in
+        flight on its queue, so that making it at once keeps queue order.  A synchronous copy then
+        costs its bytes' trip and the device's own copy: no enqueue, no event for the watcher
+        thread to wait for and report, no host function (each a thread hand-off on this rank)."""
+        return size <= STAGED_NOW_UP_TO and (served.settled() or served.idle())
+
+    def _copy_now(self, served: ServedQueue, dst: Any, src: Any, size: int) -> None:
+        """The copy, blocking (``pyoffload.memcpy`` without a queue: the backend's own blocking
+        copy, cheaper here than an enqueue and a wait).  ``served`` has nothing in flight and no
+        failure rank 0 has not been told of (``_staged_now``), so the copy is in its order.  The
+        queue stays as settled as it was (an event recorded next completes at once) unless the
+        copy fails: the failure is then the queue's (``_handle`` reports it) and later events go
+        through the watcher."""
+        import pyoffload
+
+        touched, served.touched = served.touched, True
+        pyoffload.memcpy(dst, src, size)
+        served.touched = touched
+
     def _guarded(self, served: ServedQueue, fn: Any) -> Any:
         """A host function that reports its failure to rank 0 as the queue's (the server's own
         runtime would only raise it on a wait nobody makes here)."""
@@ -767,6 +833,10 @@ _SIDES_AT_ONCE = 4
 """Sides of copies between servers a pass of the main loop tests..."""
 _ALL_SIDES_EVERY = 5e-3
 """... and how often it tests them all (seconds)."""
+
+STAGED_NOW_UP_TO = 256 << 10
+"""Staged copies up to this size are made in the main loop, blocking, when their queue has nothing
+in flight (``Server._staged_now``)."""
 
 BUSY_TURNS = 64
 """Turns the main loop tests for the next request at once while a queue of its rank runs work."""

@@ -453,3 +453,67 @@ def test_the_end_of_the_application_runs_destructors_on_the_servers(tmp_path: Pa
         out = tmp_path / f"dtor-{rank}.txt"
         assert out.exists(), f"rank {rank}'s destructor did not run"
         assert out.read_text() == f"destructor ran in {pid}\n"
+
+
+@pytest.mark.parametrize("cma", ["1", "0"], ids=["cross-memory", "messages"])
+def test_a_small_synchronous_copy_to_device_memory_is_one_request(tmp_path: Path, cma: str) -> None:
+    """A PoCL device's memory is not host memory: rank 0 cannot make a copy to or from it itself.
+    A small synchronous copy is still one request (the copy and the synchronisation's event in
+    one message; by messages, its bytes inside it), made at once by the server; a deferred one
+    that other work follows first is sent ahead of that work; queued ones stay in queue order."""
+    done = _job(
+        tmp_path,
+        """
+    assert bool(link.reach) == (os.environ["PYOFFLOAD_MPI_CMA"] == "1"), link.reach
+    dev = next(d for d in pyoffload.devices() if d.backend == "mpi" and d.info["mpi.rank"] == 1
+               and d.info["mpi.remote_backend"] == "opencl")
+    assert not dev.host_memory
+    n, size = 10, 4096 + 3
+    a = dev.alloc(size)
+    host = np.zeros(size, np.uint8)
+    back = np.zeros(size, np.uint8)
+    pyoffload.memcpy(a, host)                                       # (the internal queue made once)
+    pyoffload.memcpy(back, a)
+
+    def requests():
+        return link.call(1, "stats")["requests"]                   # (each call counts itself)
+
+    before = requests()
+    for i in range(n):
+        host[:] = i
+        pyoffload.memcpy(a, host)
+        host[:] = 255                                               # the copy has completed: no effect
+        pyoffload.memcpy(back, a)
+        assert (back == i).all(), (i, back[:8])
+    after = requests()
+    assert after - before == 2 * n + 1, (before, after)
+
+    # Deferred, then other work on the same queue first: sent ahead of it, so the fill wins.
+    iq = a.context.internal_queue(a.device)
+    host[:] = 1
+    iq.enqueue("data_submit_impl", (iq.dh, iq.handle, a.ptr, memoryview(host), size), memoryview(host), False)
+    assert iq.handle.deferred is not None
+    iq.enqueue("data_fill_impl", (iq.dh, iq.handle, a.ptr, b"\\x07", size), None, False)
+    assert iq.handle.deferred is None
+    iq.wait_until(iq.seq)
+    pyoffload.memcpy(back, a)
+    assert (back == 7).all(), "the deferred copy ran after the fill enqueued behind it"
+
+    # Queued copies behind a fill: each lands in queue order, the last one wins.
+    q = dev.create_queue()
+    b = dev.alloc(size)
+    sources = [np.full(size, 20 + i, np.uint8) for i in range(5)]
+    q.memfill(b, b"\\x09", size)
+    for src in sources:
+        q.memcpy(b, src, size)
+    q.memcpy(back, b, size)
+    q.wait()
+    assert (back == 24).all(), back[:8]
+    print("SMALL-DEVICE-COPY-OK", flush=True)
+    """,
+        PYOFFLOAD_MPI_SERVE="opencl",
+        POCL_DEVICES="pthread",
+        PYOFFLOAD_MPI_CMA=cma,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SMALL-DEVICE-COPY-OK" in done.stdout
