@@ -215,7 +215,8 @@ def _bandwidth(link: Any, dev1: Any, dev2: Any, size: int, cfg: argparse.Namespa
     memcpy(dst, a2)
     assert (dst == 1).all(), "the remote→remote copy did not deliver the bytes"
     bw = {k: gbps(size, v) for k, v in t.items()}
-    what = {"h2d": "host → rank 1", "d2h": "rank 1 → host", "r2r": "rank 1 → rank 2"}
+    kind = f" ({cfg.memory} memory; {transport(link)})"
+    what = {"h2d": "host → rank 1" + kind, "d2h": "rank 1 → host" + kind, "r2r": "rank 1 → rank 2" + kind}
     raw = {"h2d": "mpi4py Send (rank 0 → 1)", "d2h": "mpi4py Recv (rank 1 → 0)", "r2r": "mpi4py Send/Recv (rank 1 → 2)"}
     figs = []
     for direction, label in what.items():
@@ -231,7 +232,7 @@ def _bandwidth(link: Any, dev1: Any, dev2: Any, size: int, cfg: argparse.Namespa
                     raw[direction],
                     bw["raw " + direction],
                     BANDWIDTH,
-                    extra={"size": size, "direction": direction + mode},
+                    extra={"size": size, "direction": direction + mode, "memory": cfg.memory},
                 )
             )
     for q in (q1, q2):
@@ -340,12 +341,23 @@ def main(argv: list[str] | None = None) -> int:
         help="copy sizes in MiB, comma-separated (default 1,4,16,64,256; --quick: 1,16,256)",
     )
     ap.add_argument("--small", type=int, default=4096, help="bytes of the small synchronous copies (default 4096)")
+    ap.add_argument(
+        "--memory",
+        choices=("host", "device"),
+        default="host",
+        help="the servers' memory the copies use: the host device's (default) or a PoCL device's own",
+    )
     ap.add_argument("--only", choices=("small", "launch", "bandwidth"), nargs="*", help="run only these parts")
     cfg = ap.parse_args(argv)
     cfg.repeats = 3 if cfg.quick else 5
     link = _link()
     start = time.perf_counter()
-    dev1, dev2 = _device(1), _device(2)
+    if cfg.memory == "device":
+        dev1, dev2 = _devices(1).get("device memory"), _devices(2).get("device memory")
+        if dev1 is None or dev2 is None:
+            sys.exit("--memory device: ranks 1 and 2 serve no device with memory of its own (PYOFFLOAD_MPI_SERVE=opencl)")
+    else:
+        dev1, dev2 = _device(1), _device(2)
     sizes = cfg.sizes or (
         [1 * MiB, 16 * MiB, 256 * MiB] if cfg.quick else [1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB]
     )
