@@ -355,7 +355,9 @@ def main(argv: list[str] | None = None) -> int:
     if cfg.memory == "device":
         dev1, dev2 = _devices(1).get("device memory"), _devices(2).get("device memory")
         if dev1 is None or dev2 is None:
-            sys.exit("--memory device: ranks 1 and 2 serve no device with memory of its own (PYOFFLOAD_MPI_SERVE=opencl)")
+            sys.exit(
+                "--memory device: ranks 1 and 2 serve no device with memory of its own (PYOFFLOAD_MPI_SERVE=opencl)"
+            )
     else:
         dev1, dev2 = _device(1), _device(2)
     sizes = cfg.sizes or (

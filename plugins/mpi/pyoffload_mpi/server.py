@@ -518,15 +518,18 @@ class Server:
             self._read_ahead()  # (the synchronisation of a synchronous copy is on its way)
             self._copy_now(served, dst, buffer, size)
             return
-        # Else the device copies each chunk while the next one arrives.
+        # Else the device copies each chunk while the next ones arrive: every receive is posted
+        # at once (the transport never waits for this loop), each chunk goes to the device as
+        # soon as it is here.
         served.touched = True
+        staging = np.empty(size, np.uint8).data
+        requests = _post(self.comm.Irecv, staging, 0, TAG_REQUEST)
         failure: BaseException | None = None
-        for offset, length in chunks(size):
-            buffer = np.empty(length, np.uint8)
-            wait_raw(self.comm.Irecv([buffer, _byte()], 0, TAG_REQUEST))
+        for request, (offset, length) in zip(requests, chunks(size), strict=True):
+            wait_raw(request)
             if failure is None:
                 try:
-                    served.queue.memcpy(dst + offset, buffer, length)
+                    served.queue.memcpy(dst + offset, staging[offset : offset + length], length)
                 except BaseException as exc:
                     failure = exc
         if failure is not None:
@@ -547,13 +550,17 @@ class Server:
             cma.read(pid, src, cma.address(direct), size)
             return
         staging = np.empty(size, np.uint8)
-        cma.read(pid, src, staging.ctypes.data, size)
         if self._staged_now(served, size):
+            cma.read(pid, src, staging.ctypes.data, size)
             self._read_ahead()
             self._copy_now(served, dst, staging, size)
             return
+        # In pieces: the device copies each piece while this loop reads the next.
         served.touched = True
-        served.queue.memcpy(dst, staging, size)
+        base = staging.ctypes.data
+        for offset, length in chunks(size, _piece(size)):
+            cma.read(pid, src + offset, base + offset, length)
+            served.queue.memcpy(dst + offset, staging[offset : offset + length], length)
 
     def do_retrieve_to(self, served: ServedQueue, src: int, size: int, dst: int) -> None:
         """A copy into rank 0's memory at ``dst``: written from the memory itself when it is in
@@ -569,6 +576,14 @@ class Server:
             self._copy_now(served, staging.data, src, size)
             self._read_ahead()
             cma.write(pid, dst, staging.ctypes.data, size)
+            return
+        if served.settled() or served.idle():  # in order already: in pieces, here
+            base = staging.ctypes.data
+
+            def write(offset: int, length: int) -> None:
+                cma.write(pid, dst + offset, base + offset, length)
+
+            self._from_device(served, staging, src, _piece(size), write)
             return
         served.touched = True
         served.queue.memcpy(staging.data, src, size)
@@ -615,11 +630,29 @@ class Server:
                 self._read_ahead()
                 wait_all(requests, self._read_ahead)
                 return
-            served.touched = True
-            served.queue.memcpy(staging, src, size)
+            pieces = size > CHUNK and (served.settled() or served.idle())
+            if not pieces:
+                served.touched = True
+                served.queue.memcpy(staging, src, size)
         except BaseException:
             wait_all([self.comm.Isend([b"", _byte()], 0, mpi_tag) for _ in chunks(size)])
             raise
+        if pieces:
+            # In order already: each chunk is sent as soon as the device has copied it, while the
+            # device copies the next.
+            sends: list[Any] = []
+
+            def send(offset: int, length: int) -> None:
+                sends.append(self.comm.Isend([staging[offset : offset + length], _byte()], 0, mpi_tag))
+
+            try:
+                self._from_device(served, np.frombuffer(staging, np.uint8), src, CHUNK, send)
+            finally:
+                wait_all(sends, self._read_ahead)
+                # the receives of the chunks not sent are completed empty (rank 0 sets them aside)
+                unsent = len(list(chunks(size))) - len(sends)
+                wait_all([self.comm.Isend([b"", _byte()], 0, mpi_tag) for _ in range(unsent)])
+            return
         served.queue.launch_host_function(
             self._guarded(served, lambda: wait_all(_post(self.comm.Isend, staging, 0, mpi_tag)))
         )
@@ -781,6 +814,22 @@ class Server:
         pyoffload.memcpy(dst, src, size)
         served.touched = touched
 
+    def _from_device(self, served: ServedQueue, staging: Any, src: int, piece: int, deliver: Any) -> None:
+        """Copy the device memory at ``src`` into ``staging`` (a numpy array) in pieces on
+        ``served``'s queue, which has nothing in flight, and call ``deliver(offset, length)`` for
+        each piece as soon as the device has copied it, while the device copies the next ones.
+        Blocking: the copy is in queue order when this returns.  A failure is the queue's."""
+        queue = served.queue
+        touched, served.touched = served.touched, True
+        pending = []
+        for offset, length in chunks(len(staging), piece):
+            queue.memcpy(staging[offset : offset + length], src + offset, length)
+            pending.append((offset, length, queue.record()))
+        for offset, length, event in pending:
+            event.wait()
+            deliver(offset, length)
+        served.touched = touched
+
     def _guarded(self, served: ServedQueue, fn: Any) -> Any:
         """A host function that reports its failure to rank 0 as the queue's (the server's own
         runtime would only raise it on a wait nobody makes here)."""
@@ -803,6 +852,13 @@ def _host_memory(address: int) -> memoryview | None:
     if device is None or not device.host_memory:
         return None
     return memoryview((ctypes.c_char * (info.size - info.offset)).from_address(address)).cast("B")
+
+
+def _piece(size: int) -> int:
+    """The pieces a staged copy of ``size`` bytes to or from a device's own memory moves in, each
+    overlapping the next one's other leg: about a quarter of the copy, 256 KiB to one chunk,
+    whole pages."""
+    return max(256 << 10, min(CHUNK, size // 4)) & ~4095
 
 
 def _post(start: Any, view: memoryview, peer: int, mpi_tag: int) -> list[Any]:

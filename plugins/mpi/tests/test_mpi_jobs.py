@@ -517,3 +517,41 @@ def test_a_small_synchronous_copy_to_device_memory_is_one_request(tmp_path: Path
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SMALL-DEVICE-COPY-OK" in done.stdout
+
+
+@pytest.mark.parametrize("cma", ["1", "0"], ids=["cross-memory", "messages"])
+def test_large_copies_to_and_from_device_memory_arrive_whole(tmp_path: Path, cma: str) -> None:
+    """Copies to and from a PoCL device's own memory move in pieces, each piece's device copy
+    overlapping the next one's trip: synchronous ones (the queue idle) and queued ones behind other
+    work, ragged sizes, every byte where it belongs."""
+    done = _job(
+        tmp_path,
+        """
+    dev = next(d for d in pyoffload.devices() if d.backend == "mpi" and d.info["mpi.rank"] == 1
+               and d.info["mpi.remote_backend"] == "opencl")
+    rng = np.random.default_rng(3)
+    q = dev.create_queue()
+    for size in ((300 << 10) + 17, (9 << 20) + 12345):
+        a, b = dev.alloc(size), dev.alloc(size)
+        host = rng.integers(0, 256, size, dtype=np.uint8)
+        back = np.zeros(size, np.uint8)
+        pyoffload.memcpy(a, host)                                   # synchronous, in pieces
+        pyoffload.memcpy(back, a)
+        assert (back == host).all(), size
+        other = rng.integers(0, 256, size, dtype=np.uint8)
+        q.memfill(b, b"\\x05", size)                                 # queued behind other work
+        q.memcpy(b, other, size)
+        back2 = np.zeros(size, np.uint8)
+        q.memcpy(back2, b, size)
+        q.wait()
+        assert (back2 == other).all(), size
+        pyoffload.free(a)
+        pyoffload.free(b)
+    print("LARGE-DEVICE-COPY-OK", flush=True)
+    """,
+        PYOFFLOAD_MPI_SERVE="opencl",
+        POCL_DEVICES="pthread",
+        PYOFFLOAD_MPI_CMA=cma,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "LARGE-DEVICE-COPY-OK" in done.stdout
