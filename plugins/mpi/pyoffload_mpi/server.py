@@ -512,7 +512,8 @@ class Server:
             self._read_ahead()
             wait_all(requests, self._read_ahead)
             return
-        if self._staged_now(served, size):  # small, and nothing before it on the queue: here, blocking
+        # One message (a chunk at most), and nothing before it on the queue: here, blocking.
+        if self._staged_now(served, size, CHUNK):
             buffer = np.empty(size, np.uint8)
             wait_raw(self.comm.Irecv([buffer, _byte()], 0, TAG_REQUEST))
             self._read_ahead()  # (the synchronisation of a synchronous copy is on its way)
@@ -624,7 +625,7 @@ class Server:
                 wait_all(requests, self._read_ahead)
                 return
             staging = np.empty(size, np.uint8).data
-            if self._staged_now(served, size):
+            if self._staged_now(served, size, CHUNK):  # one message: copied, then sent
                 self._copy_now(served, staging, src, size)
                 requests = _post(self.comm.Isend, staging, 0, mpi_tag)
                 self._read_ahead()
@@ -793,13 +794,15 @@ class Server:
             return None  # (past the end: the staged copy reports the error)
         return view[:size]
 
-    def _staged_now(self, served: ServedQueue, size: int) -> bool:
+    def _staged_now(self, served: ServedQueue, size: int, limit: int = 0) -> bool:
         """Whether a staged copy (memory MPI cannot read or write itself: a device's own) is made
-        here and now, blocking: it is small (the loop takes no request meanwhile) and nothing is in
-        flight on its queue, so that making it at once keeps queue order.  A synchronous copy then
+        here and now, blocking: it is small (the loop takes no request meanwhile: up to ``limit``
+        bytes, by default ``STAGED_NOW_UP_TO``; by messages a whole chunk, which arrives or leaves
+        in one message anyway) and nothing is in flight on its queue, so that making it at once
+        keeps queue order.  A synchronous copy then
         costs its bytes' trip and the device's own copy: no enqueue, no event for the watcher
         thread to wait for and report, no host function (each a thread hand-off on this rank)."""
-        return size <= STAGED_NOW_UP_TO and (served.settled() or served.idle())
+        return size <= (limit or STAGED_NOW_UP_TO) and (served.settled() or served.idle())
 
     def _copy_now(self, served: ServedQueue, dst: Any, src: Any, size: int) -> None:
         """The copy, blocking (``pyoffload.memcpy`` without a queue: the backend's own blocking
