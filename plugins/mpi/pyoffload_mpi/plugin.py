@@ -262,8 +262,14 @@ def _cma_request(queue: RemoteQueue, write: bool, address: int, local: int, size
     return ("submit_from" if write else "retrieve_to", queue.qid, address, size, local)
 
 
+_MOVING_NOW = frozenset({"submit_from", "retrieve_to"})
+"""Requests whose bytes move the moment the server takes them (cross-memory attach): a wait for them
+spins.  By messages, rank 0's progress moves the bytes, and its wait keeps the usual schedule."""
+
+
 def _post_copy(link: Link, queue: RemoteQueue, message: tuple[Any, ...]) -> None:
-    queue.copying = True  # (a wait for it spins: the bytes move now)
+    if message[0] in _MOVING_NOW:
+        queue.copying = True  # (a wait for it spins: the bytes move now)
     link.post(queue.rank, message)
 
 
@@ -292,7 +298,8 @@ def _make_deferred(link: Link, queue: RemoteQueue) -> RemoteEvent | None:
                 if queue.settled == number - 1:
                     queue.settled = number
                 return None
-        queue.copying = True
+        if message[0] in _MOVING_NOW:
+            queue.copying = True
         return link.record_with(queue, message)
 
 
