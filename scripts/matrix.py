@@ -4,7 +4,9 @@ Rows: unit tests; conformance on host only; OpenCL with one PoCL device; OpenCL 
 devices; the CUDA and AMDGPU backends against their driver-level fakes; the MPI backend under
 ``mpirun -n 3`` on loopback (pytest on rank 0; the host and PoCL devices of ranks 1 and 2), again
 as between machines (``mpi-tcp``: TCP only, no shared memory, no cross-memory attach), and
-examples/arraylib's tests on those remote devices over the same path (``arraylib-mpi``); the
+examples/arraylib's tests on those remote devices over the same path (``arraylib-mpi``), and the
+conformance suite with every rank in a network namespace of its own (``mpi-netns``, root only:
+scripts/netns_mpirun.py); the
 core, host and OpenCL rows again on Python 3.12 and 3.13; again as installed without a C compiler
 (``*-pure``: the same source, interpreted); under AddressSanitizer + UBSan (``asan-*``,
 scripts/sanitize.py); and ``demo-no-pyenv``, the README's demo
@@ -116,6 +118,19 @@ def rows() -> list[Row]:
             "PYOFFLOAD_MPI_TIMEOUT": "30",
         }
         full.append(("mpi-tcp", tcp_env, CONFORMANCE, "mpi", py, (*tcp_only, py, "-m", "pyoffload_mpi")))
+        # Each rank in a network namespace of its own, joined by veth pairs (scripts/netns_mpirun.py,
+        # root only): no rank shares a loopback or a host name with another.
+        netns = (
+            py,
+            str(ROOT / "scripts" / "netns_mpirun.py"),
+            "--",
+            *tcp_only[: tcp_only.index("btl_tcp_if_include") - 1],  # (the script names the interface)
+            *tcp_only[tcp_only.index("btl_tcp_if_include") + 2 :],
+            py,
+            "-m",
+            "pyoffload_mpi",
+        )
+        full.append(("mpi-netns", tcp_env, CONFORMANCE, "mpi", py, netns))
         # A framework on other ranks' devices: examples/arraylib's tests, every remote device (each
         # server's host and PoCL device) and every pair of them, over the same TCP-only path.
         full.append(
@@ -171,7 +186,13 @@ def rows() -> list[Row]:
 
 
 def not_run(name: str, python: str) -> str:
-    """Why a row cannot run here ("" if it can): its interpreter's environment is missing."""
+    """Why a row cannot run here ("" if it can): its interpreter's environment is missing, or (the
+    ``mpi-netns`` row) network namespaces cannot be made."""
+    if name == "mpi-netns":
+        import netns_mpirun  # scripts/netns_mpirun.py
+
+        reason = netns_mpirun.unavailable()
+        return f"not run: {reason}" if reason else ""
     if python == sys.executable or Path(python).exists():
         return ""
     if Path(python).parent.parent.name == ".venv-pure":
