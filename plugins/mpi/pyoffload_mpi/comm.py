@@ -81,6 +81,26 @@ def timer_slack(ns: int | None) -> int | None:
     return previous if previous >= 0 else None
 
 
+def cuda_aware() -> bool:
+    """Whether this process's MPI library sends from and receives into CUDA device memory itself
+    (Open MPI built with CUDA support: ``MPIX_Query_cuda_support``).  Reported per rank in the
+    remote devices' information (``mpi.cuda_aware``); copies stage through host memory either
+    way for now (docs/backends/mpi.md)."""
+    import ctypes
+
+    from mpi4py import MPI
+
+    try:
+        query = getattr(ctypes.CDLL(MPI.__file__), "MPIX_Query_cuda_support", None)
+    except OSError:
+        return False
+    if query is None:
+        return False
+    query.restype = ctypes.c_int
+    query.argtypes = []
+    return bool(query())
+
+
 def timeout() -> float:
     """Seconds without a word from a rank before rank 0 declares it gone (default 30)."""
     return float(settings.integer(TIMEOUT_VARIABLE, 30, minimum=1) or 30)

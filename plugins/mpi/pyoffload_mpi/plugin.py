@@ -72,6 +72,8 @@ class RemoteDevice:
         info["mpi.pid"] = described["pid"]
         info["mpi.remote_id"] = described["id"]
         info["mpi.remote_backend"] = described["backend"]
+        # Whether the rank's MPI library could move CUDA device memory itself (not used yet).
+        info["mpi.cuda_aware"] = bool(described.get("cuda_aware", False))
         info.update({f"mpi.remote.{k}": v for k, v in described["info"].items() if "." in k})
         self.info = info
         self.compiler_id: str | None = described["compiler_id"]

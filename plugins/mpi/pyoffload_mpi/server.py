@@ -55,6 +55,7 @@ from .comm import (
     SPIN,
     Backoff,
     beat_interval,
+    cuda_aware,
     timeout,
     timer_slack,
     wait,
@@ -259,6 +260,7 @@ class Server:
         self.devices = [d for d in pyoffload.devices() if d.backend != "mpi"]
         self.initialised = True
         described = []
+        aware = cuda_aware()
         for index, device in enumerate(self.devices):
             info = {k: v for k, v in device.info.items() if picklable(v)}
             described.append(
@@ -277,6 +279,7 @@ class Server:
                     "host": socket.gethostname(),
                     "pid": os.getpid(),
                     "compiler_id": self._compiler_id(device),
+                    "cuda_aware": aware,
                 }
             )
         return described

@@ -468,6 +468,8 @@ def test_a_small_synchronous_copy_to_device_memory_is_one_request(tmp_path: Path
     dev = next(d for d in pyoffload.devices() if d.backend == "mpi" and d.info["mpi.rank"] == 1
                and d.info["mpi.remote_backend"] == "opencl")
     assert not dev.host_memory
+    from pyoffload_mpi.comm import cuda_aware
+    assert dev.info["mpi.cuda_aware"] is cuda_aware()                  # (one MPI library for all ranks)
     n, size = 10, 4096 + 3
     a = dev.alloc(size)
     host = np.zeros(size, np.uint8)
