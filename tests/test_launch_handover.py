@@ -64,9 +64,14 @@ def test_fields_deleted_from_python_raise_instead_of_crashing(host: Any, prog: A
     assert not q._lock.locked()
     q.done = 0
     ev = launch()
-    del ev.marker
-    with pytest.raises(AttributeError):
-        ev.elapsed_ms(ev)
+    try:
+        del ev.marker  # compiled, an Event's fields are read-only: the del itself refuses
+    except AttributeError:
+        pass
+    else:
+        with pytest.raises(AttributeError):
+            ev.elapsed_ms(ev)
+    ev.wait()  # either way the event still works
     del launch._checked
     with pytest.raises(AttributeError):
         launch()
