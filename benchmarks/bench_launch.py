@@ -228,10 +228,18 @@ def _host(d: Dev, cfg: Any) -> list[Figure]:
     # iota_i32 is a data-parallel kernel (PYOFFLOAD_KERNEL): its first parameter is the launch's
     # pyoffload_groups, which the kernel writes (its trap context).  Called without one, it wrote
     # past the end of raw_mem and corrupted the heap.
-    from pyoffload.host.plugin import _Groups
+    class Groups(ctypes.Structure):  # pyoffload_groups of core/host/pyoffload_host.h
+        _fields_ = [
+            ("num_groups", ctypes.c_uint64 * 3),
+            ("local_size", ctypes.c_uint64 * 3),
+            ("first", ctypes.c_uint64),
+            ("last", ctypes.c_uint64),
+            ("trap_env", ctypes.c_void_p),
+            ("trapped", ctypes.c_uint64),
+        ]
 
     one = (ctypes.c_uint64 * 3)(1, 1, 1)
-    groups = ctypes.byref(_Groups(one, one, 0, 1))
+    groups = ctypes.byref(Groups(one, one, 0, 1))
 
     def ours_prepared(n: int) -> None:
         for _ in range(n):
