@@ -9,6 +9,8 @@ from __future__ import annotations
 import operator
 from typing import Any
 
+import numpy as np
+
 from .enums import AllocKind
 from .errors import InvalidSizeError, got
 
@@ -26,6 +28,17 @@ def as_int(value: Any, what: str) -> int:
         return operator.index(value)
     except TypeError:
         raise TypeError(f"{what} must be an integer, got {got(value)}") from None
+
+
+def pointer_value(obj: Any) -> int | None:
+    """``obj`` as an address if it is one: a Python ``int`` or a numpy integer scalar (what
+    ``ctypes``, ``array.ctypes.data`` arithmetic and numpy code hand over), never a bool; ``None``
+    for anything else, which the caller then takes as a buffer or refuses."""
+    if type(obj) is int:
+        return obj
+    if isinstance(obj, (int, np.integer)) and not isinstance(obj, bool):
+        return int(obj)
+    return None
 
 
 def check_size(size: Any, what: str = "size", allow_zero: bool = False) -> int:

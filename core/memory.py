@@ -15,7 +15,6 @@ queue has passed the operations that use the memory.
 
 from __future__ import annotations
 
-import operator
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -35,7 +34,7 @@ from .errors import (
     OutOfResourcesError,
     UnsupportedError,
 )
-from .checks import MAX_SIZE, check_kind, check_size
+from .checks import MAX_SIZE, check_kind, check_size, pointer_value
 from .locks import check_not_reentered, defer, held_by_me, run_deferred
 from .locks import pending as _pending
 from .pool import Block, CachingAllocator
@@ -464,8 +463,9 @@ def mem_info(ptr: Allocation | int) -> MemInfo:
         if not ptr.live:
             raise InvalidArgumentError(f"mem_info: {ptr!r} was freed")
         return _tuple_new(MemInfo, (ptr.ptr, ptr.size, ptr.kind, ptr.device, ptr.context, 0, ptr))
-    if isinstance(ptr, int) and not isinstance(ptr, bool):
-        return mem_info(operator.index(ptr))
+    value = pointer_value(ptr)  # an int subclass or a numpy integer: an address all the same
+    if value is not None:
+        return mem_info(value)
     raise TypeError(f"mem_info takes an Allocation or a pointer (int), got {got(ptr)}")
 
 
@@ -481,8 +481,9 @@ def resolve(target: Any, what: str, kind: AllocKind | None = None) -> Allocation
         rt = alloc.context.rt
         if rt.state is not LIVE and rt.state is not CLOSING:  # teardown frees through here too
             raise dead_runtime_error(rt)
-    elif isinstance(target, int) and not isinstance(target, bool):
-        ptr = operator.index(target)
+    elif pointer_value(target) is not None:
+        ptr = pointer_value(target)
+        assert ptr is not None
         alloc, offset = lookup(ptr, what)
         if offset:
             raise InvalidArgumentError(

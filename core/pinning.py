@@ -13,6 +13,7 @@ from typing import Any
 
 from .addresses.pinned import PinnedRange
 from .buffers import host_view
+from .checks import pointer_value
 from .device import GenericDevice
 from .enums import AllocKind
 from .errors import InvalidArgumentError, InvalidSizeError
@@ -97,8 +98,9 @@ def unlock(device: GenericDevice, buffer: Any) -> None:
 
 
 def _host_address(ptr: Any) -> int:
-    if isinstance(ptr, int) and not isinstance(ptr, bool):
-        return int(ptr)
+    value = pointer_value(ptr)
+    if value is not None:
+        return value
     hv = host_view(ptr, "is_pinned", writable=False)
     return hv.address
 

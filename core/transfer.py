@@ -33,7 +33,7 @@ from .buffers import HostView, host_view, view_at
 from .context import GenericContext
 from .device import GenericDevice
 from .enums import AllocKind, MemAdvice, MemoryConnection
-from .errors import InvalidArgumentError, InvalidSizeError, NotFoundError, UnsupportedError, got
+from .errors import Errc, InvalidArgumentError, InvalidSizeError, NotFoundError, UnsupportedError, got
 from .checks import check_size
 from .memory import Allocation
 from .pinning import find_pinned
@@ -82,8 +82,12 @@ def resolve(obj: Any, role: str, writable: bool) -> End:
         hv.view, hv.address, hv.nbytes, hv.readonly = mv, _addressof(_c_char.from_buffer(mv)), mv.nbytes, False
         end.addr, end.avail, end.host_ok = hv.address, hv.nbytes, True
         return end
-    elif t is int or (isinstance(obj, int) and not isinstance(obj, bool)):
+    elif t is int or isinstance(obj, (int, np.integer)) and not isinstance(obj, bool):
+        # A numpy integer scalar where an address is expected is an address (as an int is), not
+        # a host buffer of its own eight bytes.
         ptr = int(obj)
+        if ptr == 0:  # as olMemcpy / urEnqueueUSMMemcpy / urEnqueueUSMFill answer a null pointer
+            raise InvalidArgumentError(f"{role}: the pointer is NULL", Errc.INVALID_NULL_POINTER)
         rt = active()
         if rt is None or rt.state is not LIVE:
             if rt is not None:
@@ -167,7 +171,8 @@ def _check_queue(queue: Any, d: End, s: End | None, what: str) -> bool:
 
 
 def memcpy(dst: Any, src: Any, size: Any = None, queue: QueueCore | None = None) -> Any:
-    """Copy ``size`` bytes from ``src`` to ``dst`` (default: the smaller of the two sides).
+    """Copy ``size`` bytes from ``src`` to ``dst``.  Without a size the two sides (from each
+    address to the end of its memory) must be the same size: ``INVALID_SIZE`` otherwise.
 
     Without a queue the copy has completed when this returns.  With a queue it is ordered there
     and an Event is returned; host buffers are kept alive until it completes.  Overlapping ranges
@@ -176,7 +181,14 @@ def memcpy(dst: Any, src: Any, size: Any = None, queue: QueueCore | None = None)
     d = resolve(dst, "memcpy dst", True)
     s = resolve(src, "memcpy src", False)
     if size is None:
-        size = min(d.avail, s.avail)
+        # No size: both sides must be the same size, as numpy's and CuPy's copies demand equal
+        # shapes; copying the smaller of two unequal sides would hide a caller's mistake.
+        if d.avail != s.avail:
+            raise InvalidSizeError(
+                f"memcpy without a size between dst of {d.avail} bytes and src of {s.avail} bytes: "
+                "give the size, or make the sizes match"
+            )
+        size = d.avail
     elif type(size) is not int or size <= 0:
         size = check_size(size, "memcpy size", allow_zero=True)
     if size > s.avail:

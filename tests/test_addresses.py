@@ -702,9 +702,12 @@ def test_copies_past_the_end_of_a_pinned_range(host, hooks):
     with pytest.raises(OffloadError, match="writes past the end") as err:
         pyoffload.memcpy(addr + 120, out, 9)
     assert err.value.errc is Errc.INVALID_SIZE
-    # no size: the smaller side, here the bytes left in the range
+    # no size: the sides must match, here the bytes left in the range
     out[:] = 0
-    pyoffload.memcpy(out, addr + 120)
+    with pytest.raises(OffloadError, match="without a size") as err:
+        pyoffload.memcpy(out, addr + 120)
+    assert err.value.errc is Errc.INVALID_SIZE and not out.any()
+    pyoffload.memcpy(out[:8], addr + 120)
     assert list(out[:8]) == list(range(120, 128)) and not out[8:].any()
     dev = addr + hooks.OFFSET
     with pytest.raises(OffloadError, match="reads past the end"):

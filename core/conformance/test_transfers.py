@@ -204,12 +204,75 @@ def test_queued_fill_of_a_sub_range(device, queue):
     a.free()
 
 
-def test_copy_size_defaults_to_the_smaller_side(device):
-    a = _alloc(device, 100)
-    big = np.arange(200, dtype=np.uint8)
-    pyoffload.memcpy(a, big)
-    assert np.array_equal(read(a, np.uint8, 100), big[:100])
+def test_copy_without_a_size_needs_sides_of_one_size(device):
+    a, b = _alloc(device, 64), _alloc(device, 4000)
+    pyoffload.memcpy(a, np.arange(64, dtype=np.uint8))
+    pyoffload.memfill(b, b"\xee")
+    for dst, src in [(a, b), (b, a), (a, np.zeros(200, np.uint8)), (np.zeros(16, np.uint8), a), (a.ptr + 8, a)]:
+        with pytest.raises(OffloadError) as err:
+            pyoffload.memcpy(dst, src)
+        assert err.value.errc is Errc.INVALID_SIZE and "size" in str(err.value)
+    assert read(a, np.uint8, 64).tolist() == list(range(64))  # nothing was copied
+    with pytest.raises(OffloadError) as err:
+        queue = device.create_queue()
+        try:
+            queue.memcpy(a, b)
+        finally:
+            queue.destroy()
+    assert err.value.errc is Errc.INVALID_SIZE
+    pyoffload.memcpy(b, a, 64)  # with a size, sides may differ
+    assert read(b, np.uint8, 65).tolist() == list(range(64)) + [0xEE]
+    same = np.arange(64, dtype=np.uint8)[::-1].copy()
+    pyoffload.memcpy(a, same)  # sides of one size need none
+    assert read(a, np.uint8, 64).tolist() == same.tolist()
     a.free()
+    b.free()
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda a: pyoffload.memfill(0, b"\0", 8),
+        lambda a: pyoffload.memcpy(0, a, 8),
+        lambda a: pyoffload.memcpy(a, 0, 8),
+        lambda a: pyoffload.memcpy(np.zeros(8, np.uint8), np.uint64(0), 8),
+        lambda a: pyoffload.prefetch(0, 8),
+        lambda a: pyoffload.advise(0, 8, pyoffload.MemAdvice.SET_READ_MOSTLY),
+    ],
+    ids=["memfill", "memcpy-dst", "memcpy-src", "memcpy-numpy-src", "prefetch", "advise"],
+)
+def test_null_addresses_are_invalid_null_pointers(device, call):
+    # As olMemcpy/olMemFill and urEnqueueUSMMemcpy/Fill/Prefetch/Advise answer a null pointer.
+    a = _alloc(device, 64)
+    with pytest.raises(OffloadError) as err:
+        call(a)
+    assert err.value.errc is Errc.INVALID_NULL_POINTER and "NULL" in str(err.value)
+    a.free()
+
+
+def test_numpy_integers_are_addresses(device):
+    a = _alloc(device, 64)
+    pyoffload.memcpy(a, np.arange(64, dtype=np.uint8))
+    for as_np in (np.uint64, np.int64, np.uintp):
+        info = pyoffload.mem_info(as_np(a.ptr + 8))
+        assert (info.base, info.size) == (a.ptr, 64)
+        out = np.zeros(8, np.uint8)
+        pyoffload.memcpy(out, as_np(a.ptr + 8), 8)  # reads at the address, not the scalar's bytes
+        assert out.tolist() == list(range(8, 16))
+        pyoffload.memcpy(as_np(a.ptr), np.full(8, 9, np.uint8), 8)
+        assert read(a, np.uint8, 8).tolist() == [9] * 8
+        pyoffload.memcpy(a, np.arange(64, dtype=np.uint8))
+    with pytest.raises(TypeError):
+        pyoffload.mem_info(np.float64(a.ptr))
+    with pytest.raises(TypeError):
+        pyoffload.free(np.bool_(True))
+    pyoffload.free(np.int64(a.ptr))
+    assert not a.live
+    b = _alloc(device, 16)
+    pyoffload.free(np.uint64(b.ptr))
+    with pytest.raises(OffloadError) as err:
+        pyoffload.mem_info(np.uint64(b.ptr))
+    assert err.value.errc is Errc.NOT_FOUND
 
 
 def test_copy_from_a_pointer_into_an_allocation(device):

@@ -267,6 +267,24 @@ ROWS: list[Row] = [
         lambda e: (lambda: pyoffload.memcpy(0x4000, e.buf, 8), "0x4000"),
     ),
     Row(
+        "memcpy-null-dst",
+        InvalidArgumentError,
+        Errc.INVALID_NULL_POINTER,
+        lambda e: (lambda: pyoffload.memcpy(np.uint64(0), e.buf, 8), "NULL"),
+    ),
+    Row(
+        "memcpy-null-src",
+        InvalidArgumentError,
+        Errc.INVALID_NULL_POINTER,
+        lambda e: (lambda: pyoffload.memcpy(e.a, 0, 8), "NULL"),
+    ),
+    Row(
+        "memcpy-no-size-sides-differ",
+        InvalidSizeError,
+        Errc.INVALID_SIZE,
+        lambda e: (lambda: pyoffload.memcpy(e.a, e.buf), "4096 bytes"),
+    ),
+    Row(
         "memcpy-unknown-src",
         NotFoundError,
         Errc.NOT_FOUND,
@@ -354,6 +372,24 @@ ROWS: list[Row] = [
         NotFoundError,
         Errc.NOT_FOUND,
         lambda e: (lambda: pyoffload.memfill(0x7777000, b"\0", 8), "0x7777000"),
+    ),
+    Row(
+        "memfill-null",
+        InvalidArgumentError,
+        Errc.INVALID_NULL_POINTER,
+        lambda e: (lambda: pyoffload.memfill(0, b"\0", 8), "NULL"),
+    ),
+    Row(
+        "prefetch-null",
+        InvalidArgumentError,
+        Errc.INVALID_NULL_POINTER,
+        lambda e: (lambda: pyoffload.prefetch(0, 8), "NULL"),
+    ),
+    Row(
+        "advise-null",
+        InvalidArgumentError,
+        Errc.INVALID_NULL_POINTER,
+        lambda e: (lambda: pyoffload.advise(0, 8, MemAdvice.SET_READ_MOSTLY), "NULL"),
     ),
     Row(
         "memfill-past-end-other-backend",
