@@ -6,7 +6,9 @@ generic layer caches each built image under the user cache directory (``platform
 ``PYOFFLOAD_CACHE_DIR`` overrides it, ``PYOFFLOAD_BUILD_CACHE=0`` turns it off), keyed by a
 digest of the source, the options, the device and the toolchain, so that a change of any of them
 builds anew and nothing stale is ever loaded.  Entries are written atomically: concurrent
-processes building the same program each write a complete file or none.
+processes building the same program each write a complete file or none.  Each entry carries the
+SHA-256 of its image: an entry that a full disk, a crash of another writer or a stray edit left
+truncated or garbled is discarded and rebuilt, never handed to the driver.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ from . import settings
 from .backend import HOOK_API
 from .errors import got
 
-FORMAT = 1  # bump when the meaning of a cache entry changes
+FORMAT = 2  # bump when the meaning of a cache entry changes (2: entries carry a digest)
+MAGIC = b"pyoffload-build\x00"  # then the image's SHA-256 (32 bytes), then the image
+_HEADER = len(MAGIC) + 32
 
 
 @dataclasses.dataclass
@@ -33,6 +37,7 @@ class CacheStats:
     hits: int = 0
     misses: int = 0
     uncached: int = 0
+    discarded: int = 0  # entries found truncated or garbled (then rebuilt)
 
 
 stats = CacheStats()
@@ -79,17 +84,18 @@ def build(device: Any, source: Any, options: Sequence[str] = (), cache: bool = T
     compiler = disp.compiler_id_impl(device.handle) if cache and settings.flag("PYOFFLOAD_BUILD_CACHE", True) else None
     path = None
     if compiler:
-        key = _key(device, source, opts, str(compiler))
-        path = cache_dir() / "programs" / key[:2] / f"{key}.bin"
+        path = _path(device, source, opts, str(compiler))
         try:
-            image = path.read_bytes()
+            entry = path.read_bytes()
         except OSError:
             pass
         else:
-            if image:
+            image = _checked(entry)
+            if image is not None:
                 with _lock:
                     stats.hits += 1
                 return image
+            _discard(path)
     image = bytes(disp.compile_impl(device.handle, source, opts))
     with _lock:
         if path is None:
@@ -101,6 +107,26 @@ def build(device: Any, source: Any, options: Sequence[str] = (), cache: bool = T
     return image
 
 
+def _checked(entry: bytes) -> bytes | None:
+    """The image an entry holds, or ``None`` when the entry is not whole (wrong header, cut
+    short, extended or changed: its digest does not match)."""
+    if len(entry) <= _HEADER or not entry.startswith(MAGIC):
+        return None
+    image = entry[_HEADER:]
+    if hashlib.sha256(image).digest() != entry[len(MAGIC) : _HEADER]:
+        return None
+    return image
+
+
+def _discard(path: Path) -> None:
+    with _lock:
+        stats.discarded += 1
+    try:
+        path.unlink()
+    except OSError:
+        pass  # another process removed or replaced it; the rebuild below rewrites it anyway
+
+
 def _store(path: Path, image: bytes) -> None:
     import tempfile  # here, not at the top: as json above
 
@@ -108,10 +134,22 @@ def _store(path: Path, image: bytes) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         with os.fdopen(fd, "wb") as f:
-            f.write(image)
+            f.write(MAGIC + hashlib.sha256(image).digest() + image)
         os.replace(tmp, path)
     except OSError:
         pass  # a read-only or full cache directory costs a rebuild next time, nothing else
+
+
+def entry_path(device: Any, source: str, options: Sequence[str] = ()) -> Path | None:
+    """Where the cache keeps ``source`` built for ``device`` with ``options`` (``None`` where
+    the backend names no toolchain and nothing is cached): for tools and tests."""
+    compiler = device.disp.compiler_id_impl(device.handle)
+    return _path(device, source, tuple(options), str(compiler)) if compiler else None
+
+
+def _path(device: Any, source: str, options: tuple[str, ...], compiler: str) -> Path:
+    key = _key(device, source, options, compiler)
+    return cache_dir() / "programs" / key[:2] / f"{key}.bin"
 
 
 def clear_cache() -> int:

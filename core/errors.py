@@ -9,6 +9,7 @@ backend raises is wrapped in :class:`BackendError` by the generic layer, so call
 from __future__ import annotations
 
 import enum
+import re
 
 
 class Errc(enum.IntEnum):
@@ -102,6 +103,22 @@ class CompileError(OffloadError):
     def __init__(self, message: str, build_log: str = "", errc: Errc | None = None) -> None:
         super().__init__(message, errc)
         self.build_log = build_log
+
+    @classmethod
+    def from_log(cls, what: str, build_log: str) -> CompileError:
+        """``what`` failed: the message carries the log's first error line (``x.c:3:5: error:
+        ...``), what a user needs first; ``build_log`` keeps all of it."""
+        return cls(f"{what}: {first_error_line(build_log) or 'no compiler output'}", build_log)
+
+
+def first_error_line(log: str) -> str:
+    """The first line of a compiler's log that reports an error (gcc, clang, nvcc, OpenCL
+    drivers all say ``error``), else its first non-empty line, else ``""``."""
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    for line in lines:
+        if re.search(r"\b(error|fatal error)\b", line, re.IGNORECASE):
+            return line
+    return lines[0] if lines else ""
 
 
 class UnsupportedError(OffloadError, NotImplementedError):

@@ -65,7 +65,9 @@ def compile_c(source: str, flags: tuple[str, ...] = DEFAULT_FLAGS, cc: str | Non
             f.write(source)
         proc = subprocess.run([compiler, "-I", INCLUDE_DIR, *flags, "-o", out, src], capture_output=True, text=True)
         if proc.returncode != 0:
-            raise CompileError(f"{compiler} failed with exit status {proc.returncode}", proc.stderr)
+            # The temporary directory is gone once this returns: name the file as the user knows it.
+            log = proc.stderr.replace(tmp + os.sep, "")
+            raise CompileError.from_log(f"{compiler} failed with exit status {proc.returncode}", log)
         with open(out, "rb") as f:
             return f.read()
 

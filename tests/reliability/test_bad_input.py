@@ -19,6 +19,7 @@ import pytest
 import pyoffload
 from pyoffload import (
     AllocKind,
+    CompileError,
     Errc,
     InvalidArgumentError,
     InvalidBinaryError,
@@ -283,6 +284,12 @@ ROWS: list[Row] = [
         InvalidSizeError,
         Errc.INVALID_SIZE,
         lambda e: (lambda: pyoffload.memcpy(e.a, e.buf), "4096 bytes"),
+    ),
+    Row(
+        "build-not-c",
+        CompileError,
+        Errc.COMPILE_FAILURE,
+        lambda e: (lambda: e.dev.build_program("\nthis is not C", cache=False), "image.c:2:1: error"),
     ),
     Row(
         "memcpy-unknown-src",

@@ -92,7 +92,7 @@ def workload(backend: str) -> list[tuple[str, Callable[[dict[str, Any]], Any]]]:
         ("alloc-big", lambda s: s.__setitem__("b", s["ctx"].alloc(1 << 16))),
         ("alloc-host", lambda s: s.__setitem__("h", s["ctx"].alloc(4096, AllocKind.HOST))),
         ("alloc-managed", lambda s: s.__setitem__("m", s["ctx"].alloc(4096, AllocKind.MANAGED))),
-        ("memcpy-in", lambda s: pyoffload.memcpy(s["b"], s["src"])),
+        ("memcpy-in", lambda s: pyoffload.memcpy(s["b"], s["src"], 4096)),
         ("memcpy-out", lambda s: pyoffload.memcpy(s["dst"], s["b"], 4096)),
         ("memfill", lambda s: pyoffload.memfill(s["b"], np.uint32(7), 4096)),
         ("queue", lambda s: s.__setitem__("q", dev(s).create_queue(profiling=True, context=s["ctx"]))),

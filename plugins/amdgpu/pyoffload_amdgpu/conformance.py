@@ -72,8 +72,8 @@ def build(cl_source: str, arch: str, tools: tuple[str, str] | None = None, optio
         ):
             proc = subprocess.run(argv, capture_output=True, text=True, check=False)
             if proc.returncode != 0:
-                log = f"$ {' '.join(argv)}\n{proc.stdout}{proc.stderr}"
-                raise CompileError(f"{Path(argv[0]).name} failed for {arch}", build_log=log)
+                output = f"{proc.stdout}{proc.stderr}".replace(tmp + "/", "")  # the directory is gone after
+                raise CompileError.from_log(f"{Path(argv[0]).name} failed for {arch}", f"$ {' '.join(argv)}\n{output}")
         return out.read_bytes()
 
 

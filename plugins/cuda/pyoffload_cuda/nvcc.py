@@ -79,9 +79,9 @@ def compile_source(source: str, fmt: str, sm: int, options: tuple[str, ...] = ()
         cmd = [nvcc, *_flags(fmt, sm), *options, "-o", str(out), str(src)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
-            raise CompileError(
-                f"nvcc failed ({fmt}, sm_{sm})", build_log=" ".join(cmd) + "\n" + proc.stdout + proc.stderr
-            )
+            # The temporary directory is gone once this returns: name the file as the user knows it.
+            log = (proc.stdout + proc.stderr).replace(tmp + "/", "")
+            raise CompileError.from_log(f"nvcc failed ({fmt}, sm_{sm})", " ".join(cmd) + "\n" + log)
         return out.read_bytes()
 
 

@@ -180,8 +180,11 @@ def build(context: Any, device: OclDevice, image: bytes) -> Any:
 def build_source(context: Any, device: OclDevice, source: str, options: tuple[str, ...]) -> Any:
     import pyopencl as cl
 
+    # Built before the program-scope check: that check only reads declarations, and a source
+    # that does not compile must report the compiler's error, not a guess from a parse of it.
+    program = _build(cl._cl._Program(context, source), device, "source", SOURCE_OPTIONS + tuple(options))
     check_source(device, source)
-    return _build(cl._cl._Program(context, source), device, "source", SOURCE_OPTIONS + tuple(options))
+    return program
 
 
 def _build(raw: Any, device: OclDevice, fmt: str, options: tuple[str, ...]) -> Any:
@@ -197,9 +200,5 @@ def _build(raw: Any, device: OclDevice, fmt: str, options: tuple[str, ...]) -> A
             log = str(raw.get_build_info(device.cl_device, cl.program_build_info.LOG)).strip()
         except cl.Error:
             log = ""
-        log = log or str(exc)
-        first = next((line for line in log.splitlines() if "error" in line), (log.splitlines() or [""])[0])
-        raise CompileError(
-            f"building the {fmt} image for {device.name!r} failed: {first.strip()}", build_log=log
-        ) from exc
+        raise CompileError.from_log(f"building the {fmt} image for {device.name!r} failed", log or str(exc)) from exc
     return cl.Program(raw)
