@@ -238,6 +238,8 @@ KERNEL_ATTRIBUTE_KEYS: dict[str, str] = {
     "local_memory_bytes": "static local (shared) memory the kernel uses",
     "private_memory_bytes": "private (scratch) memory per work-item",
     "registers": "registers per work-item",
+    "required_work_group_size": "the block the kernel was compiled for, a 3-tuple (OpenCL's reqd_work_group_size, "
+    "AMDGPU's .reqd_workgroup_size); None: any block within the limits",
 }
 """Kernel attribute keys with the same meaning on every backend (``Kernel.attributes``)."""
 

@@ -13,7 +13,9 @@ arguments and never re-validates them.
 
 Rules that hold on every backend: a Python ``int`` is a pointer unless the signature says the
 parameter is a scalar; a Python ``float`` needs a signature; booleans are refused (ambiguous).
-Dimensions go through ``operator.index``, must be positive and within the device's limits.
+Dimensions go through ``operator.index``, must be positive and within the device's limits (and
+fewer than 2**64 work-items in all); a block must also keep to the kernel's own attributes (a
+required work-group size, a lower work-item limit) where the backend reports them.
 """
 
 from __future__ import annotations
@@ -259,6 +261,45 @@ def dimensions(device: Any, grid: Any, block: Any) -> tuple[tuple[int, int, int]
             raise InvalidArgumentError(
                 f"grid {g}: dimension {axis} exceeds the device's limit {lim.grid[axis]} (info 'max_grid_size')"
             )
-        if g[axis] * b[axis] >= 1 << 64:
-            raise InvalidArgumentError(f"grid {g} x block {b}: dimension {axis} overflows 64 bits of work-items")
+    # Every work-item needs a distinct 64-bit global linear id (size_t on every device): a launch
+    # of 2**64 or more work-items in all cannot be numbered, whatever each axis allows.
+    total = g[0] * g[1] * g[2] * threads
+    if total >= 1 << 64:
+        raise InvalidArgumentError(f"grid {g} x block {b}: the total of {total} work-items overflows 64 bits")
     return g, b
+
+
+def block_rule(kernel: Kernel) -> tuple[int, tuple[int, int, int] | None] | None:
+    """What ``kernel``'s attributes demand of a block beyond the device's limits: ``(most
+    work-items, required block or None)``, or ``None`` where they demand nothing more."""
+    attrs = kernel.attributes
+    required = attrs.get("required_work_group_size")
+    req: tuple[int, int, int] | None = None
+    if required:
+        dims = tuple(int(v) for v in required)[:3]
+        req = dims + (1,) * (3 - len(dims))  # type: ignore[assignment]
+    most = attrs.get("max_work_group_size")
+    limit = kernel.program.device.limits.block_threads
+    if req is None and (most is None or int(most) >= limit):
+        return None
+    return (int(most) if most else limit), req
+
+
+def check_block(kernel: Kernel, b: tuple[int, int, int]) -> None:
+    """``INVALID_ARGUMENT`` where block ``b`` breaks ``kernel``'s own work-group attributes (a
+    required work-group size, a lower work-item limit), before the driver sees the launch."""
+    rule = kernel.block_rule
+    if rule is None:
+        return
+    most, req = rule
+    if req is not None and b != req:
+        raise InvalidArgumentError(
+            f"launch of {kernel.name!r}: block {b} is not the kernel's required work-group size {req} "
+            "(attribute 'required_work_group_size')"
+        )
+    threads = b[0] * b[1] * b[2]
+    if threads > most:
+        raise InvalidArgumentError(
+            f"launch of {kernel.name!r}: block {b} has {threads} work-items, more than the kernel allows on "
+            f"{kernel.program.device.id} ({most}, attribute 'max_work_group_size')"
+        )

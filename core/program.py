@@ -360,7 +360,7 @@ class Program:
 class Kernel:
     """A kernel of a loaded program; launch it with ``Queue.launch`` or ``Queue.prepare``."""
 
-    __slots__ = ("program", "name", "handle", "_signature", "_attributes", "_packers", "binders")
+    __slots__ = ("program", "name", "handle", "_signature", "_attributes", "_packers", "binders", "_block_rule")
 
     def __init__(self, program: Program, name: str, handle: Any) -> None:
         self.program = program
@@ -370,6 +370,7 @@ class Kernel:
         self._attributes: dict[str, Any] | None = None
         self._packers: dict[tuple[str, ...], Any] = {}
         self.binders: dict[tuple[type, ...], Any] = {}  # argument binders by argument types (launch.py)
+        self._block_rule: Any = False  # False: not asked yet (see block_rule)
 
     @property
     def device(self) -> GenericDevice:
@@ -404,6 +405,16 @@ class Kernel:
         """``values`` packed for ``launch_impl`` (used for arguments-free entry points)."""
         packer = self.packer(tuple("ptr" if type(v) is int else "local" for v in values))
         return packer(values) if packer is not None else values
+
+    @property
+    def block_rule(self) -> tuple[int, tuple[int, int, int] | None] | None:
+        """What the kernel's attributes demand of a launch's block (``launch.block_rule``), read
+        from the backend once."""
+        if self._block_rule is False:
+            from .launch import block_rule
+
+            self._block_rule = block_rule(self)
+        return self._block_rule  # type: ignore[no-any-return]
 
     @property
     def attributes(self) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from .context import GenericContext
 from .device import GenericDevice
 from .enums import AllocKind
 from .errors import InvalidArgumentError, got
-from .launch import Binder, binder, dimensions
+from .launch import Binder, binder, check_block, dimensions
 from .memory import Allocation, allocate, claim, release, unclaim
 from .program import Kernel
 from .queue_core import Marker, QueueCore, users_of, waiter
@@ -158,6 +158,8 @@ class Queue(QueueCore):
         prog = kernel.program
         if prog.device is not self.device or prog.context is not self.context:
             raise self._foreign_kernel("launch", kernel)
+        if kernel._block_rule is not None:  # the kernel's attributes may demand more of the block
+            check_block(kernel, b)
         seq = self.enqueue_launch(
             prog, allocs, self.disp.raw.launch_impl, (self.dh, self.handle, kernel.handle, g, b, packed)
         )
@@ -192,6 +194,7 @@ class Queue(QueueCore):
         bind = binder(kernel, args)
         packed, allocs = bind(self, args)
         g, b = dimensions(self.device, grid, block)
+        check_block(kernel, b)
         fast = self.disp.launch_prepare_impl(self.dh, self.handle, kernel.handle, g, b, packed)
         return PreparedLaunch(self, kernel, g, b, packed, tuple(allocs), fast, bind)
 

@@ -71,3 +71,20 @@ def shared_kernels(device: Any, images: dict[str, bytes], loaded_once: dict[str,
     if prog is None:
         prog = loaded_once[device.id] = device.load_program(images["kernels"])
     return prog
+
+
+# The backends whose source language is C, OpenCL C or CUDA C++ (remote devices build theirs).
+C_LIKE_BACKENDS = ("host", "opencl", "cuda", "amdgpu", "mpi")
+
+
+def build_or_skip(device, source, **kwargs):
+    """``device.build_program(source)``; a skip where the backend builds nothing from source, or
+    builds a language other than C, OpenCL C and CUDA C++ (a third-party backend's own)."""
+    try:
+        return device.build_program(source, **kwargs)
+    except pyoffload.OffloadError as exc:
+        if exc.errc is pyoffload.Errc.UNSUPPORTED:
+            pytest.skip(f"{device.id} builds no programs from source: {exc}")
+        if exc.errc is pyoffload.Errc.COMPILE_FAILURE and device.backend not in C_LIKE_BACKENDS:
+            pytest.skip(f"{device.id} builds another language than C, OpenCL C or CUDA C++: {exc}")
+        raise

@@ -7,7 +7,7 @@ import pytest
 
 from pyoffload import Errc, LocalMemory, OffloadError
 
-from ._util import launch_n, read, upload
+from ._util import build_or_skip, launch_n, read, upload
 
 
 @pytest.fixture
@@ -210,3 +210,51 @@ def test_kernel_from_other_device_rejected(device_pair, images):
             with pytest.raises(OffloadError) as err:
                 qb.launch(prog.kernel("noop"), 1, 1, [])
             assert err.value.errc is Errc.INVALID_ARGUMENT
+
+
+def test_grids_of_2_to_the_64_work_items_are_refused(device, kernels, queue):
+    # Each axis within the limits, but 2**64 work-items in all: no 64-bit global id numbers them.
+    for grid, block in [((2**32, 2**32, 1), 1), ((2**32, 2**16, 1), (2**16, 1, 1)), ((2**63, 2, 1), 1)]:
+        with pytest.raises(OffloadError) as err:
+            queue.launch(kernels.kernel("noop"), grid, block, [])
+        assert err.value.errc is Errc.INVALID_ARGUMENT, (grid, block)
+        with pytest.raises(OffloadError) as err:
+            queue.prepare(kernels.kernel("noop"), grid, block, [])
+        assert err.value.errc is Errc.INVALID_ARGUMENT, (grid, block)
+    queue.wait()  # nothing was enqueued: the queue is as before
+
+
+# A kernel whose attributes constrain its block, in every backend's source language: OpenCL C's
+# reqd_work_group_size (OpenCL, AMDGPU), CUDA's __launch_bounds__ (a most, not a required size).
+FIXED_BLOCK = """
+#if defined(__OPENCL_VERSION__) || defined(__OPENCL_C_VERSION__)
+__kernel __attribute__((reqd_work_group_size(8, 1, 1))) void fixed_block(__global int *out) { out[0] = 1; }
+#elif defined(__CUDACC__)
+extern "C" __global__ void __launch_bounds__(8) fixed_block(int *out) { out[0] = 1; }
+#else
+void fixed_block(int *out) { out[0] = 1; }
+#endif
+"""
+
+
+def test_a_block_that_breaks_the_kernels_attributes_is_refused(device, queue):
+    with build_or_skip(device, FIXED_BLOCK) as prog:
+        k = prog.kernel("fixed_block")
+        rule = k.block_rule
+        if rule is None:
+            pytest.skip(f"{device.id} reports no work-group attributes for its kernels")
+        most, required = rule
+        assert required == (8, 1, 1) or (required is None and most <= 8)
+        bad = [16, (8, 2, 1), 1024] + ([4, (4, 2, 1), (1, 8, 1)] if required else [])
+        for block in bad:
+            with pytest.raises(OffloadError) as err:
+                queue.launch(k, 1, block, [None])
+            assert err.value.errc is Errc.INVALID_ARGUMENT, block
+            assert "work_group_size" in str(err.value) and "fixed_block" in str(err.value)
+            with pytest.raises(OffloadError) as err:
+                queue.prepare(k, 1, block, [None])
+            assert err.value.errc is Errc.INVALID_ARGUMENT, block
+        out = device.alloc(4)
+        queue.launch(k, 2, 8, [out]).wait()  # the block it was built for runs
+        queue.wait()
+        out.free()

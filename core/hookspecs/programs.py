@@ -124,7 +124,8 @@ def compile_impl(device: Any, source: str, options: tuple[str, ...]) -> bytes:
 
     ``options`` are the caller's compiler options; the backend appends them to its own defaults,
     which the caller cannot drop by accident (the host backend keeps ``-shared -fPIC -g``).
-    Raise ``CompileError`` with the compiler's messages in ``build_log`` when the build fails, and
+    Raise ``CompileError`` with the compiler's messages in ``build_log`` when the build fails
+    (``CompileError.from_log``: its message then carries the compiler's first error line), and
     ``OffloadError`` with ``HOST_TOOL_NOT_FOUND`` when no compiler is available.  The generic layer
     caches the result on disk keyed by the source, the options, the device and
     ``compiler_id_impl``.  May block.  The default raises ``UnsupportedError``.

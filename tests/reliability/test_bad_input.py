@@ -143,6 +143,15 @@ def _unload_with_view(e: Env) -> tuple[Callable[[], Any], str]:
     return (lambda: e.prog.unload()), "'table' (1 export)"
 
 
+def _fixed_block(e: Env) -> tuple[Callable[[], Any], str]:
+    # The host backend reports no kernel attributes: give a kernel those an OpenCL driver reports
+    # for reqd_work_group_size(8, 1, 1), as kernel_attributes_impl would.
+    k = e.prog.kernel("iota_i32")
+    k._attributes = {**k.attributes, "required_work_group_size": (8, 1, 1)}
+    k._block_rule = False
+    return (lambda: e.q.launch(k, 1, 16, [e.a, np.int32(1), np.int32(0)])), "required_work_group_size"
+
+
 ROWS: list[Row] = [
     # --- sizes and kinds ----------------------------------------------------------------
     Row("alloc-size-zero", InvalidSizeError, Errc.INVALID_SIZE, lambda e: (lambda: e.dev.alloc(0), "0")),
@@ -615,6 +624,13 @@ ROWS: list[Row] = [
             "local_memory_bytes",
         ),
     ),
+    Row(
+        "launch-grid-2-to-the-64-work-items",
+        InvalidArgumentError,
+        Errc.INVALID_ARGUMENT,
+        lambda e: (lambda: e.q.launch(e.noop, (2**32, 2**32, 1), 1), "overflows 64 bits"),
+    ),
+    Row("launch-block-breaks-required-size", InvalidArgumentError, Errc.INVALID_ARGUMENT, _fixed_block),
     Row(
         "launch-block-negative",
         InvalidValueError,

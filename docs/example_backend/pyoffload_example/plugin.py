@@ -298,7 +298,9 @@ def compile_impl(device: Device, source: str, options: tuple[str, ...]) -> bytes
     try:
         compile(source, "<source>", "exec", dont_inherit=True)
     except SyntaxError as exc:
-        raise CompileError(f"example backend: {exc}", traceback.format_exc()) from None
+        # The compiler's own line first, as C compilers write it: from_log puts it in the message.
+        log = f"<source>:{exc.lineno}:{exc.offset}: error: {exc.msg}\n{traceback.format_exc()}"
+        raise CompileError.from_log("example backend: the source does not compile", log) from None
     return MAGIC + source.encode()
 
 

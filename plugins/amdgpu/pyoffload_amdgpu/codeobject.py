@@ -68,6 +68,7 @@ class KernelInfo:
     wavefront_size: int = 64
     kind: str = "normal"  # "init" / "fini" for the ctor/dtor entry points
     described: bool = True  # False: only a kernel descriptor names it (no metadata)
+    reqd_workgroup_size: tuple[int, int, int] | None = None  # OpenCL's reqd_work_group_size
 
     @property
     def kernarg_size(self) -> int:
@@ -252,6 +253,7 @@ def _kernels(elf: ELFFile, metadata: Mapping[str, Any]) -> dict[str, KernelInfo]
             int(entry.get(".vgpr_count", 0)),
             int(entry.get(".wavefront_size", 64)),
             str(entry.get(".kind", "normal")),
+            reqd_workgroup_size=_reqd(entry.get(".reqd_workgroup_size")),
         )
     # Code objects without metadata still name their kernels through descriptors.
     for name in descriptors - kernels.keys():
@@ -279,3 +281,11 @@ def _globals(elf: ELFFile, elf_bytes: bytes) -> dict[str, GlobalInfo]:
             initial = elf_bytes[start : start + size]
         result[sym.name] = GlobalInfo(sym.name, int(sym["st_value"]), size, initial)
     return result
+
+
+def _reqd(value: Any) -> tuple[int, int, int] | None:
+    """``.reqd_workgroup_size`` (three ints) as a tuple; ``None`` where the metadata has none."""
+    if not value:
+        return None
+    dims = tuple(int(v) for v in value)[:3]
+    return dims + (1,) * (3 - len(dims))  # type: ignore[return-value]

@@ -415,6 +415,7 @@ def kernel_attributes_impl(device: HipDevice, kernel: HipKernel) -> dict[str, An
         "private_memory_bytes": info.private_segment_size,
         "registers": info.vgpr_count,  # per work-item; SGPRs are per wavefront
         "amdgpu.sgpr_count": info.sgpr_count,
+        "required_work_group_size": info.reqd_workgroup_size,
     }
 
 

@@ -37,6 +37,7 @@ from pyoffload.backend import (
     MemoryConnection,
     NoDevicesError,
     PlatformDesc,
+    KERNEL_ATTRIBUTE_KEYS,
     SymbolDesc,
     SymbolKind,
     UnsupportedError,
@@ -467,9 +468,7 @@ def kernel_attributes_impl(device: RemoteDevice, kernel: RemoteKernel) -> dict[s
     return {k if k in _STANDARD_ATTRIBUTES else f"mpi.remote.{k}": v for k, v in kernel.attributes.items()}
 
 
-_STANDARD_ATTRIBUTES = frozenset(
-    {"max_work_group_size", "preferred_work_group_multiple", "local_memory_bytes", "private_memory_bytes", "registers"}
-)
+_STANDARD_ATTRIBUTES = frozenset(KERNEL_ATTRIBUTE_KEYS)
 
 
 @hookimpl

@@ -141,9 +141,12 @@ def attributes(device: OclDevice, kernel: OclKernel) -> dict[str, Any]:
 
     wg = cl.kernel_work_group_info
     get = kernel.cl_kernel.get_work_group_info
+    # (0, 0, 0) unless the source declares __attribute__((reqd_work_group_size(x, y, z))).
+    required = tuple(int(v) for v in get(wg.COMPILE_WORK_GROUP_SIZE, device.cl_device))
     return {
         "max_work_group_size": int(get(wg.WORK_GROUP_SIZE, device.cl_device)),
         "preferred_work_group_multiple": int(get(wg.PREFERRED_WORK_GROUP_SIZE_MULTIPLE, device.cl_device)),
         "local_memory_bytes": int(get(wg.LOCAL_MEM_SIZE, device.cl_device)),
         "private_memory_bytes": int(get(wg.PRIVATE_MEM_SIZE, device.cl_device)),
+        "required_work_group_size": required if any(required) else None,
     }

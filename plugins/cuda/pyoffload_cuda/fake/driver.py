@@ -1157,6 +1157,7 @@ class _Function:
         found = demangle(name)
         self.plain_name = found[0] if found else name  # emulations are known by the plain name
         self.param_sizes = module._symbols.kernels[name]
+        self.max_threads = min(MAX_THREADS_PER_BLOCK, module._symbols.max_threads.get(name, MAX_THREADS_PER_BLOCK))
         self.arg_format = ""
 
     def prepare(self, arg_types: Any, texrefs: Any = None) -> Any:
@@ -1184,7 +1185,7 @@ class _Function:
     def get_attribute(self, attr: int) -> int:
         drv = self._drv
         drv._use("cuFuncGetAttribute")
-        values = {0: MAX_THREADS_PER_BLOCK, 1: 0, 2: 0, 3: 0, 4: 16}
+        values = {0: self.max_threads, 1: 0, 2: 0, 3: 0, 4: 16}  # 0: what __launch_bounds__ allows
         if int(attr) not in values:
             raise drv.fail(drv.LogicError, "cuFuncGetAttribute", INVALID_VALUE, f"attribute {attr}")
         return values[int(attr)]
@@ -1202,7 +1203,7 @@ class _Function:
             if (
                 any(int(g) <= 0 or int(g) > m for g, m in zip(grid3, MAX_GRID, strict=True))
                 or any(int(b) <= 0 or int(b) > m for b, m in zip(block3, MAX_BLOCK, strict=True))
-                or block3[0] * block3[1] * block3[2] > MAX_THREADS_PER_BLOCK
+                or block3[0] * block3[1] * block3[2] > self.max_threads  # the device's, or __launch_bounds__
             ):
                 raise drv.fail(drv.LogicError, routine, INVALID_VALUE, f"grid {grid3} block {block3}", "bad-dimensions")
             if shared > MAX_SHARED_PER_BLOCK:

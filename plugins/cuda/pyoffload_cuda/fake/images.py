@@ -48,6 +48,9 @@ class FakeImage:
     kernels: dict[str, tuple[int, ...] | None]
     globals: dict[str, bytes]
     arch: str | None
+    # The most threads per block each kernel's performance directives allow (PTX .maxntid or
+    # .reqntid, from __launch_bounds__); absent: the device's limit.
+    max_threads: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 def param_bytes(sizes: tuple[int, ...]) -> int:
@@ -149,4 +152,15 @@ def read_ptx(image: bytes) -> FakeImage:
         size = syms.globals[name]
         elem = _PTX_TYPE_SIZES.get(type_name, 1)
         globals_[name] = _initializer(type_name, elem, size // elem, init) if init else bytes(size)
-    return FakeImage(kernels, globals_, syms.arch)
+    max_threads: dict[str, int] = {}
+    for m in PTX_ENTRY.finditer(text):
+        # Directives sit between the parameter list and the body: ".maxntid 8, 1, 1".
+        head = text[m.end() : text.find("{", m.end())]
+        bound = _NTID.search(head)
+        if bound:
+            dims = [int(v) for v in bound.group(1).split(",")]
+            max_threads[m.group(1)] = dims[0] * (dims[1] if len(dims) > 1 else 1) * (dims[2] if len(dims) > 2 else 1)
+    return FakeImage(kernels, globals_, syms.arch, max_threads)
+
+
+_NTID = re.compile(r"\.(?:maxntid|reqntid)\s+(\d+(?:\s*,\s*\d+){0,2})")
