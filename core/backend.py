@@ -175,7 +175,34 @@ PARAM_KINDS: tuple[str, ...] = (
     "f64",
 )
 """The parameter kinds a kernel signature (``kernel_signature_impl``) and a packer
-(``kernel_packer_impl``) speak: a pointer, local memory, or a scalar of that width."""
+(``kernel_packer_impl``) speak: a pointer, local memory, or a scalar of that width.  Besides these,
+``"v<N>"`` (``"v8"``) is an aggregate of ``N`` bytes passed by value (a C struct or union, UR's
+``urKernelSetArgValue`` with a struct): a signature reports it where the image gives the size, and
+a packer receives a ``numpy.void`` of exactly ``N`` bytes (its ``dtype`` has the fields, for ABIs
+that pass structs by their members' classes; :func:`c_alignment` gives its C alignment)."""
+
+
+def struct_kind(kind: str) -> int | None:
+    """The byte size of a by-value aggregate kind (``"v8"`` -> 8), ``None`` for any other kind."""
+    if kind[:1] == "v" and kind[1:].isdigit():
+        return int(kind[1:])
+    return None
+
+
+def c_alignment(dtype: Any) -> int:
+    """The alignment a C compiler gives a struct laid out as numpy ``dtype``: the largest of its
+    members' (each scalar aligned to its size, complex to its part's), 1 for raw bytes."""
+    import numpy as np
+
+    dtype = np.dtype(dtype)
+    if dtype.fields:
+        return max((c_alignment(f[0]) for f in dtype.fields.values()), default=1)
+    if dtype.subdtype is not None:
+        return c_alignment(dtype.subdtype[0])
+    if dtype.kind == "V":
+        return 1
+    return max(1, dtype.itemsize // 2 if dtype.kind == "c" else dtype.itemsize)
+
 
 # OpenCL C / HIP / CUDA scalar type names, as images' kernel metadata spells them.
 _C_SCALAR_KINDS = {
@@ -272,6 +299,8 @@ __all__ = [
     "SymbolDesc",
     "SymbolKind",
     "UnsupportedError",
+    "c_alignment",
     "hookimpl",
     "scalar_kind",
+    "struct_kind",
 ]

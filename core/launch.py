@@ -1,8 +1,9 @@
 """Launch arguments and dimensions: checked and packed once per kernel and argument-type signature.
 
 A launch's arguments are allocations, pointers (``int``; ``None`` for NULL), program globals,
-numpy scalars, Python ``int``/``float`` where the kernel's signature declares a scalar, and
-:class:`~pyoffload.LocalMemory`.  The first launch of a kernel with a given tuple of argument
+numpy scalars, Python ``int``/``float`` where the kernel's signature declares a scalar,
+:class:`~pyoffload.LocalMemory`, and structs passed by value (a numpy structured scalar or 0-d
+structured array: its bytes, kind ``"v<N>"``).  The first launch of a kernel with a given tuple of argument
 *types* builds a :class:`Binder`: it checks the types against the kernel's signature (count and
 kinds, ``INVALID_ARGUMENT`` naming the argument), decides each argument's parameter kind, and gets
 the backend's packer for that kind signature (``kernel_packer_impl``).  Every later launch with
@@ -25,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .backend import LocalMemory
+from .backend import LocalMemory, struct_kind
 from .enums import AllocKind, MemoryConnection
 from .errors import InvalidArgumentError, InvalidSizeError, InvalidValueError, OutOfResourcesError, got
 from .checks import as_int
@@ -34,7 +35,7 @@ from .pinning import device_pointer
 from .program import GlobalVariable, Kernel
 from .queue_core import QueueCore
 
-_ALLOC, _PTR, _NULL, _GLOBAL, _SCALAR, _CONVERT, _LOCAL = range(7)
+_ALLOC, _PTR, _NULL, _GLOBAL, _SCALAR, _CONVERT, _LOCAL, _STRUCT = range(8)
 _SCALAR_PREFIX = {"i": "i", "u": "u", "f": "f"}
 
 
@@ -61,7 +62,7 @@ _KIND_DTYPES: dict[str, np.dtype[Any]] = {
 class Binder:
     """Checks and packs the arguments of launches of one kernel with one tuple of argument types."""
 
-    __slots__ = ("kernel", "codes", "dtypes", "packer", "has_local", "has_pointers")
+    __slots__ = ("kernel", "codes", "dtypes", "packer", "has_local", "has_pointers", "kinds", "structs")
 
     def __init__(self, kernel: Kernel, types: tuple[type, ...]) -> None:
         sig = kernel.signature
@@ -83,7 +84,11 @@ class Binder:
         self.dtypes = tuple(dtypes)
         self.has_local = _LOCAL in codes
         self.has_pointers = any(c in (_ALLOC, _PTR) for c in codes)
-        self.packer = kernel.packer(tuple(kinds))
+        self.kinds = tuple(kinds)
+        # Aggregates passed by value: their kinds ("v<N>") depend on each value's size, so their
+        # packer is picked per launch (kernel.packer caches it per kind signature).
+        self.structs = tuple(i for i, c in enumerate(codes) if c == _STRUCT)
+        self.packer = kernel.packer(self.kinds) if not self.structs else None
 
     def __call__(self, queue: QueueCore, args: Sequence[Any]) -> tuple[Any, list[Allocation]]:
         """The packed arguments and the allocations they use (checked live and reachable)."""
@@ -132,8 +137,41 @@ class Binder:
                 values[i] = 0
             elif code == _GLOBAL:
                 values[i] = _global_address(queue, i, values[i])
-        packed = self.packer(tuple(values)) if self.packer is not None else tuple(values)
+        packer = self.packer
+        if self.structs:
+            kinds = list(self.kinds)
+            sig = self.kernel.signature
+            for i in self.structs:
+                values[i] = value = _struct_value(self.kernel, i, values[i], sig[i] if sig is not None else None)
+                kinds[i] = f"v{value.dtype.itemsize}"
+            packer = self.kernel.packer(tuple(kinds))
+        packed = packer(tuple(values)) if packer is not None else tuple(values)
         return packed, allocs
+
+
+def _struct_value(kernel: Kernel, i: int, value: Any, want: str | None) -> np.void:
+    """Argument ``i``, a numpy structured scalar or 0-d structured array, as the ``numpy.void``
+    passed by value: its bytes, checked against the size the kernel declares where known."""
+    if type(value) is np.ndarray:
+        if value.ndim != 0 or value.dtype.kind != "V":
+            raise InvalidArgumentError(
+                f"launch argument {i} of kernel {kernel.name!r}: an array is passed by value only as a 0-d "
+                f"structured array (a struct), got shape {value.shape} of {value.dtype}; pass buffers as allocations"
+            )
+        value = value[()]
+    dtype = value.dtype
+    if dtype.hasobject or dtype.itemsize == 0:
+        raise InvalidArgumentError(
+            f"launch argument {i} of kernel {kernel.name!r}: a struct passed by value must be plain data of at "
+            f"least one byte, got {dtype}"
+        )
+    size = struct_kind(want) if want is not None else None
+    if size is not None and size != dtype.itemsize:
+        raise InvalidArgumentError(
+            f"launch argument {i} of kernel {kernel.name!r}: a struct of {dtype.itemsize} bytes ({dtype}), but the "
+            f"kernel takes {size} bytes (a C struct pads its members: numpy.dtype(..., align=True) lays them out so)"
+        )
+    return value  # type: ignore[no-any-return]
 
 
 def _classify(kernel: Kernel, i: int, t: type, want: str | None) -> tuple[int, str, np.dtype | None]:
@@ -155,6 +193,11 @@ def _classify(kernel: Kernel, i: int, t: type, want: str | None) -> tuple[int, s
         if want not in (None, "local", "ptr"):  # a host-style image declares local memory as a pointer
             raise refuse("LocalMemory")
         return _LOCAL, "local", None
+    if t is np.void or t is np.ndarray:
+        # A struct by value (urKernelSetArgValue with a struct): its size is checked per launch.
+        if want is not None and struct_kind(want) is None:
+            raise refuse("a struct")
+        return _STRUCT, "v", None
     if issubclass(t, np.generic):
         kind = numpy_kind(np.dtype(t))
         if kind is None:

@@ -131,6 +131,9 @@ def _type_kind(die) -> str | None:  # type: ignore[no-untyped-def]
             return None
         if tag == "DW_TAG_enumeration_type":
             return f"i{die.attributes['DW_AT_byte_size'].value * 8}"
+        if tag in ("DW_TAG_structure_type", "DW_TAG_union_type"):  # by value: its size
+            size = die.attributes.get("DW_AT_byte_size")
+            return f"v{size.value}" if size is not None else None
         if "DW_AT_type" not in die.attributes:  # typedef of void and the like
             return None
         die = die.get_DIE_from_attribute("DW_AT_type")

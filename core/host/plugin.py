@@ -24,6 +24,7 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import operator
 import os
 import platform as _platform
@@ -47,6 +48,7 @@ from ..backend import (
     SymbolKind,
     UnsupportedError,
     hookimpl,
+    struct_kind,
 )
 from .elf import ImageInfo, frame_sizes, inspect_image
 from . import runtime as _runtime
@@ -398,6 +400,13 @@ def kernel_packer_impl(device: Any, kernel: HostKernel, kinds: tuple[str, ...]) 
     if "f16" in kinds:
         raise UnsupportedError("host backend: C has no portable half-precision parameter type")
     if kernel.parallel:
+        if any(struct_kind(kind) is not None for kind in kinds):
+            # The native runtime places scalars and pointers in registers itself; a struct's
+            # place depends on its members' classes (System V, AAPCS64), which it does not model.
+            raise UnsupportedError(
+                f"host backend: data-parallel kernel {kernel.name!r} takes a struct by value, which the native "
+                "runtime cannot pass; pass it through memory, or declare the kernel as a plain C function"
+            )
         # built (once per machine) when the first data-parallel kernel is launched
         _runtime.library()
         layout = _runtime.Layout(kernel.abi, kinds, kernel.name)
@@ -412,12 +421,31 @@ def kernel_packer_impl(device: Any, kernel: HostKernel, kinds: tuple[str, ...]) 
         return _pointers
     # ctypes types take numpy scalars and Python numbers as they are (the generic layer has
     # range-checked them), so packing is one C-level map with no Python frame per argument.
-    converters = tuple(_local if kind == "local" else _CTYPES[kind] for kind in kinds)
+    converters = tuple(
+        _local if kind == "local" else _by_value if struct_kind(kind) is not None else _CTYPES[kind] for kind in kinds
+    )
 
     def pack(values: tuple[Any, ...]) -> tuple[Any, ...]:
         return tuple(map(operator.call, converters, values))
 
     return pack
+
+
+def _by_value(value: Any) -> ctypes.Structure:
+    """A struct passed by value as the ctypes structure of its numpy dtype: libffi then passes it
+    in the registers or stack slots the C ABI gives its members (an int and a float share one
+    integer register on x86-64, two floats an SSE one), as the compiled kernel expects."""
+    return _struct_type(value.dtype).from_buffer_copy(value.tobytes())  # type: ignore[no-any-return]
+
+
+@functools.lru_cache(maxsize=64)
+def _struct_type(dtype: np.dtype) -> type[ctypes.Structure]:
+    if dtype.fields:
+        made = np.ctypeslib.as_ctypes_type(dtype)
+        if issubclass(made, ctypes.Structure) and ctypes.sizeof(made) == dtype.itemsize:
+            return made
+    # Raw bytes (or a layout ctypes cannot mirror): a struct of bytes, passed as integer words.
+    return type("by_value", (ctypes.Structure,), {"_fields_": [("bytes", ctypes.c_uint8 * dtype.itemsize)]})
 
 
 def _pointers(values: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -143,6 +143,14 @@ def _unload_with_view(e: Env) -> tuple[Callable[[], Any], str]:
     return (lambda: e.prog.unload()), "'table' (1 export)"
 
 
+def _struct_arg(e: Env, value: Any) -> tuple[Callable[[], Any], str]:
+    prog = e.dev.build_program(
+        "struct pair { int a; float b; };\nvoid take(float *out, struct pair p) { out[0] = p.b; }"
+    )
+    e.extra.append(prog.unload)
+    return (lambda: e.q.launch(prog.kernel("take"), 1, 1, [e.a, value])), "argument 1"
+
+
 def _fixed_block(e: Env) -> tuple[Callable[[], Any], str]:
     # The host backend reports no kernel attributes: give a kernel those an OpenCL driver reports
     # for reqd_work_group_size(8, 1, 1), as kernel_attributes_impl would.
@@ -623,6 +631,18 @@ ROWS: list[Row] = [
             ),
             "local_memory_bytes",
         ),
+    ),
+    Row(
+        "launch-arg-struct-size",
+        InvalidArgumentError,
+        Errc.INVALID_ARGUMENT,
+        lambda e: _struct_arg(e, np.zeros((), [("a", "<i4")])[()]),
+    ),
+    Row(
+        "launch-arg-array",
+        InvalidArgumentError,
+        Errc.INVALID_ARGUMENT,
+        lambda e: _struct_arg(e, np.zeros(2, [("a", "<i4"), ("b", "<f4")])),
     ),
     Row(
         "launch-grid-2-to-the-64-work-items",

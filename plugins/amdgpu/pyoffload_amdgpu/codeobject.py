@@ -11,6 +11,7 @@ Clang offload bundles (``hipcc --genco``) are unwrapped to their amdgcn entry.
 from __future__ import annotations
 
 import dataclasses
+import re
 import io
 import struct
 from collections.abc import Iterator, Mapping, Sequence
@@ -50,8 +51,12 @@ class KernelArg:
         if self.value_kind == "dynamic_shared_pointer":
             return "local"
         if self.value_kind == "by_value":
-            return scalar_kind(self.type_name)
+            # A scalar by its type name; anything else by value (a struct, a union) by its size.
+            return scalar_kind(self.type_name) or (f"v{self.size}" if _AGGREGATE.match(self.type_name) else None)
         return None
+
+
+_AGGREGATE = re.compile(r"^\s*(struct|union)\b")  # clang spells aggregates "struct pair", "union u"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,7 +21,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from pyoffload.backend import InvalidArgumentError
+from pyoffload.backend import InvalidArgumentError, struct_kind
 
 from .codeobject import KernelArg, KernelInfo
 
@@ -54,7 +54,15 @@ def _align(value: int, alignment: int) -> int:
     return (value + alignment - 1) // alignment * alignment
 
 
+def _format(kind: str) -> str:
+    n = struct_kind(kind)
+    return f"{n}s" if n is not None else _FORMATS[kind]  # a struct by value: its bytes
+
+
 def _natural(kinds: tuple[str, ...]) -> tuple[KernelArg, ...]:
+    # Without metadata the struct's alignment is unknown: structs by value need described kernels.
+    if any(struct_kind(k) is not None for k in kinds):
+        raise InvalidArgumentError("a struct by value needs kernel metadata to place it (this image has none)")
     layout, offset = [], 0
     for kind in kinds:
         size = struct.calcsize(_FORMATS[kind])
@@ -72,14 +80,14 @@ def packer(info: KernelInfo, kinds: tuple[str, ...]) -> Callable[[tuple[Any, ...
     """
     layout = info.args if info.described else _natural(kinds)
     if len(layout) != len(kinds) or any(
-        struct.calcsize(_FORMATS[k]) != a.size for k, a in zip(kinds, layout, strict=True)
+        struct.calcsize(_format(k)) != a.size for k, a in zip(kinds, layout, strict=True)
     ):
         raise InvalidArgumentError(
             f"kernel {info.name!r} takes arguments of {[a.size for a in layout]} bytes, not ({', '.join(kinds)})"
         )
     fmt, end = "<", 0
     for kind, arg in zip(kinds, layout, strict=True):
-        fmt += "x" * (arg.offset - end) + _FORMATS[kind]
+        fmt += "x" * (arg.offset - end) + _format(kind)
         end = arg.offset + arg.size
     pack_into = struct.Struct(fmt).pack_into
 
@@ -92,9 +100,12 @@ def packer(info: KernelInfo, kinds: tuple[str, ...]) -> Callable[[tuple[Any, ...
     template.size = end
     raw = bytes(template)
     locals_ = [(i, max(layout[i].pointee_align, _LDS_ALIGN)) for i, k in enumerate(kinds) if k == "local"]
+    structs = [i for i, k in enumerate(kinds) if struct_kind(k) is not None]
 
     def pack(values: tuple[Any, ...]) -> Packed:
         lds = info.group_segment_size
+        if structs:
+            values = tuple(v.tobytes() if i in structs else v for i, v in enumerate(values))
         if locals_:
             values = list(values)  # type: ignore[assignment]
             for i, alignment in locals_:

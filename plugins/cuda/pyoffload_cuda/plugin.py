@@ -31,7 +31,9 @@ from pyoffload.backend import (
     SymbolDesc,
     SymbolKind,
     UnsupportedError,
+    c_alignment,
     hookimpl,
+    struct_kind,
 )
 
 from . import nvcc
@@ -448,12 +450,10 @@ def kernel_packer_impl(
     built with one ``struct.Struct`` per signature and handed to a pycuda Function prepared for a
     buffer of that size.  Each LocalMemory argument becomes its byte offset in the launch's
     dynamic shared memory (see docs/backends/cuda.md)."""
-    fmt, offset = "<", 0
-    for kind in kinds:
-        width = struct.calcsize(_CODES[kind])
-        fmt += "x" * (-offset % width) + _CODES[kind]
-        offset += -offset % width + width
-    layout = struct.Struct(fmt)
+    structs = [i for i, k in enumerate(kinds) if struct_kind(k) is not None]
+    if structs:
+        return _struct_packer(kinds, structs)
+    layout = _layout(kinds, {})
     size = layout.size
     if "local" not in kinds:
         return lambda values: (size, (layout.pack(*values),) if size else (), 0)
@@ -465,6 +465,40 @@ def kernel_packer_impl(
             start = -(-shared // SHARED_ALIGN) * SHARED_ALIGN
             params[i], shared = start, start + values[i].size
         return size, (layout.pack(*params),), shared
+
+    return pack
+
+
+def _layout(kinds: tuple[str, ...], aligns: dict[int, int]) -> struct.Struct:
+    """The parameter buffer: each parameter at its natural alignment, a struct by value (``"v<N>"``,
+    N bytes) at its C alignment ``aligns[i]``, as nvcc lays out ``.param .align A .b8 p[N]``."""
+    fmt, offset = "<", 0
+    for i, kind in enumerate(kinds):
+        n = struct_kind(kind)
+        code, align = (f"{n}s", aligns[i]) if n is not None else (_CODES[kind], struct.calcsize(_CODES[kind]))
+        fmt += "x" * (-offset % align) + code
+        offset += -offset % align + struct.calcsize(code)
+    return struct.Struct(fmt)
+
+
+def _struct_packer(kinds: tuple[str, ...], structs: list[int]) -> Callable[[tuple[Any, ...]], Any]:
+    """A packer for signatures with structs by value: their alignment comes from each value's
+    dtype, so the layout is looked up per launch (cached per alignments)."""
+    layouts: dict[tuple[int, ...], struct.Struct] = {}
+    local = [i for i, k in enumerate(kinds) if k == "local"]
+
+    def pack(values: tuple[Any, ...]) -> tuple[int, tuple[bytes], int]:
+        aligns = tuple(c_alignment(values[i].dtype) for i in structs)
+        layout = layouts.get(aligns)
+        if layout is None:
+            layout = layouts[aligns] = _layout(kinds, dict(zip(structs, aligns, strict=True)))
+        params, shared = list(values), 0
+        for i in structs:
+            params[i] = values[i].tobytes()
+        for i in local:
+            start = -(-shared // SHARED_ALIGN) * SHARED_ALIGN
+            params[i], shared = start, start + values[i].size
+        return layout.size, (layout.pack(*params),) if layout.size else (), shared
 
     return pack
 

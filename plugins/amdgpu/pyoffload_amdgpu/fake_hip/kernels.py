@@ -212,3 +212,10 @@ def _get_state(ctx: LaunchContext, out: int) -> None:
 @emulates("set_dtor_out", ("ptr",))
 def _set_dtor_out(ctx: LaunchContext, target: int) -> None:
     ctx.store(ctx.global_address("dtor_out"), np.array([target], dtype=np.uint64))
+
+
+@emulates("take_pair", ("ptr", "i8", "v8", "i32"))
+def _take_pair(ctx: LaunchContext, out: int, tag: np.int8, pair: bytes, tail: np.int32) -> None:
+    # The conformance suite's struct-by-value kernel: struct pair {int a; float b;} as 8 bytes.
+    a, b = np.frombuffer(pair, np.int32, 1)[0], np.frombuffer(pair, np.float32, 1, 4)[0]
+    ctx.store(out, np.array([a, b, int(tail), int(tag)], dtype=np.float32))

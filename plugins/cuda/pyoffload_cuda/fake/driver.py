@@ -1157,6 +1157,7 @@ class _Function:
         found = demangle(name)
         self.plain_name = found[0] if found else name  # emulations are known by the plain name
         self.param_sizes = module._symbols.kernels[name]
+        self.param_aligns = module._symbols.param_aligns.get(name)
         self.max_threads = min(MAX_THREADS_PER_BLOCK, module._symbols.max_threads.get(name, MAX_THREADS_PER_BLOCK))
         self.arg_format = ""
 
@@ -1211,17 +1212,18 @@ class _Function:
                     drv.LogicError, routine, INVALID_VALUE, f"{shared} bytes of shared memory", "bad-dimensions"
                 )
             sizes = self.param_sizes
-            if sizes is not None and len(buffer) != param_bytes(sizes):
+            aligns = self.param_aligns
+            if sizes is not None and len(buffer) != param_bytes(sizes, aligns):
                 raise drv.fail(
                     drv.LogicError,
                     routine,
                     INVALID_VALUE,
-                    f"{self.name} takes {param_bytes(sizes)} bytes of parameters {sizes}, got {len(buffer)}",
+                    f"{self.name} takes {param_bytes(sizes, aligns)} bytes of parameters {sizes}, got {len(buffer)}",
                     "argument-size",
                 )
             # The parameters as the kernel reads them: raw bytes at their natural offsets.
             args = (
-                tuple(buffer[o : o + n] for o, n in zip(param_offsets(sizes), sizes, strict=True))
+                tuple(buffer[o : o + n] for o, n in zip(param_offsets(sizes, aligns), sizes, strict=True))
                 if sizes is not None
                 else (buffer,)
             )

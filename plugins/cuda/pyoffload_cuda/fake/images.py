@@ -37,7 +37,7 @@ _PTX_TYPE_SIZES = {
     "s64": 8,
     "f64": 8,
 }
-_PARAM = re.compile(r"\.param\s+(?:\.align\s+\d+\s+)?\.(\w+)\s+(?:\.ptr\S*\s+)?[\w$%]+(?:\[(\d+)\])?")
+_PARAM = re.compile(r"\.param\s+(?:\.align\s+(\d+)\s+)?\.(\w+)\s+(?:\.ptr\S*\s+)?[\w$%]+(?:\[(\d+)\])?")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,21 +51,22 @@ class FakeImage:
     # The most threads per block each kernel's performance directives allow (PTX .maxntid or
     # .reqntid, from __launch_bounds__); absent: the device's limit.
     max_threads: dict[str, int] = dataclasses.field(default_factory=dict)
+    # Each parameter's alignment where the image states it (PTX ``.param .align 4 .b8 p[8]``, a
+    # struct by value); absent: natural alignment.
+    param_aligns: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
 
 
-def param_bytes(sizes: tuple[int, ...]) -> int:
-    """Bytes of a parameter list laid out with natural alignment (CUDA's layout)."""
-    off = 0
-    for s in sizes:
-        align = min(max(s, 1), 8)
-        off = -(-off // align) * align + s
-    return off
+def param_bytes(sizes: tuple[int, ...], aligns: tuple[int, ...] | None = None) -> int:
+    """Bytes of a parameter list laid out with each parameter's alignment (CUDA's layout)."""
+    offsets = param_offsets(sizes, aligns)
+    return offsets[-1] + sizes[-1] if sizes else 0
 
 
-def param_offsets(sizes: tuple[int, ...]) -> list[int]:
+def param_offsets(sizes: tuple[int, ...], aligns: tuple[int, ...] | None = None) -> list[int]:
+    """Each parameter's offset: at its stated alignment, else its natural one (its size, to 8)."""
     out, off = [], 0
-    for s in sizes:
-        align = min(max(s, 1), 8)
+    for i, s in enumerate(sizes):
+        align = aligns[i] if aligns is not None else min(max(s, 1), 8)
         off = -(-off // align) * align
         out.append(off)
         off += s
@@ -141,12 +142,15 @@ def _initializer(type_name: str, elem_size: int, count: int, text: str) -> bytes
 def read_ptx(image: bytes) -> FakeImage:
     syms = ptx_symbols(image)
     text = ptx_text(image)
-    kernels: dict[str, tuple[int, ...] | None] = {
-        m.group(1): tuple(
-            _PTX_TYPE_SIZES.get(p.group(1), 0) * int(p.group(2) or 1) for p in _PARAM.finditer(m.group(2) or "")
+    kernels: dict[str, tuple[int, ...] | None] = {}
+    param_aligns: dict[str, tuple[int, ...]] = {}
+    for m in PTX_ENTRY.finditer(text):
+        params = list(_PARAM.finditer(m.group(2) or ""))
+        sizes = tuple(_PTX_TYPE_SIZES.get(p.group(2), 0) * int(p.group(3) or 1) for p in params)
+        kernels[m.group(1)] = sizes
+        param_aligns[m.group(1)] = tuple(
+            int(p.group(1)) if p.group(1) else min(max(n, 1), 8) for p, n in zip(params, sizes, strict=True)
         )
-        for m in PTX_ENTRY.finditer(text)
-    }
     globals_: dict[str, bytes] = {}
     for _vec, type_name, name, _dims, init in PTX_VAR.findall(text):
         size = syms.globals[name]
@@ -160,7 +164,7 @@ def read_ptx(image: bytes) -> FakeImage:
         if bound:
             dims = [int(v) for v in bound.group(1).split(",")]
             max_threads[m.group(1)] = dims[0] * (dims[1] if len(dims) > 1 else 1) * (dims[2] if len(dims) > 2 else 1)
-    return FakeImage(kernels, globals_, syms.arch, max_threads)
+    return FakeImage(kernels, globals_, syms.arch, max_threads, param_aligns)
 
 
 _NTID = re.compile(r"\.(?:maxntid|reqntid)\s+(\d+(?:\s*,\s*\d+){0,2})")

@@ -164,7 +164,22 @@ def set_dtor_out(mem: Memory, launch: Launch) -> None:
     mem.write(launch.globals["dtor_out"], struct.pack("<Q", int(p)))
 
 
+def take_pair(mem: Memory, launch: Launch) -> None:
+    """``take_pair(float *out, char tag, struct pair {int a; float b;} p, int tail)`` of the
+    conformance suite's struct-by-value test: the struct arrives as 8 bytes at its offset."""
+    if [len(a) for a in launch.args] != [8, 1, 8, 4]:
+        raise IllegalAddress(
+            f"take_pair: parameters of {[len(a) for a in launch.args]} bytes, the kernel takes [8, 1, 8, 4]"
+        )
+    out = struct.unpack("<Q", launch.args[0])[0]
+    tag = struct.unpack("<b", launch.args[1])[0]
+    a, b = struct.unpack("<if", launch.args[2])
+    tail = struct.unpack("<i", launch.args[3])[0]
+    mem.write(out, np.array([a, b, tail, tag], dtype=np.float32).tobytes())
+
+
 EMULATIONS: dict[str, Callable[[Memory, Launch], None]] = {
+    "take_pair": take_pair,
     "noop": noop,
     "iota_i32": iota_i32,
     "axpy_f32": axpy_f32,
