@@ -201,7 +201,8 @@ def c_alignment(dtype: Any) -> int:
         return c_alignment(dtype.subdtype[0])
     if dtype.kind == "V":
         return 1
-    return max(1, dtype.itemsize // 2 if dtype.kind == "c" else dtype.itemsize)
+    size: int = dtype.itemsize
+    return max(1, size // 2 if dtype.kind == "c" else size)
 
 
 # OpenCL C / HIP / CUDA scalar type names, as images' kernel metadata spells them.

@@ -30,7 +30,7 @@ import os
 import platform as _platform
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -435,15 +435,15 @@ def _by_value(value: Any) -> ctypes.Structure:
     """A struct passed by value as the ctypes structure of its numpy dtype: libffi then passes it
     in the registers or stack slots the C ABI gives its members (an int and a float share one
     integer register on x86-64, two floats an SSE one), as the compiled kernel expects."""
-    return _struct_type(value.dtype).from_buffer_copy(value.tobytes())  # type: ignore[no-any-return]
+    return _struct_type(value.dtype).from_buffer_copy(value.tobytes())
 
 
 @functools.lru_cache(maxsize=64)
 def _struct_type(dtype: np.dtype) -> type[ctypes.Structure]:
     if dtype.fields:
-        made = np.ctypeslib.as_ctypes_type(dtype)
+        made: Any = np.ctypeslib.as_ctypes_type(dtype)
         if issubclass(made, ctypes.Structure) and ctypes.sizeof(made) == dtype.itemsize:
-            return made
+            return cast(type[ctypes.Structure], made)
     # Raw bytes (or a layout ctypes cannot mirror): a struct of bytes, passed as integer words.
     return type("by_value", (ctypes.Structure,), {"_fields_": [("bytes", ctypes.c_uint8 * dtype.itemsize)]})
 

@@ -487,7 +487,7 @@ def _struct_packer(kinds: tuple[str, ...], structs: list[int]) -> Callable[[tupl
     layouts: dict[tuple[int, ...], struct.Struct] = {}
     local = [i for i, k in enumerate(kinds) if k == "local"]
 
-    def pack(values: tuple[Any, ...]) -> tuple[int, tuple[bytes], int]:
+    def pack(values: tuple[Any, ...]) -> tuple[int, tuple[bytes, ...], int]:
         aligns = tuple(c_alignment(values[i].dtype) for i in structs)
         layout = layouts.get(aligns)
         if layout is None:

@@ -1158,7 +1158,7 @@ class _Function:
         self.plain_name = found[0] if found else name  # emulations are known by the plain name
         self.param_sizes = module._symbols.kernels[name]
         self.param_aligns = module._symbols.param_aligns.get(name)
-        self.max_threads = min(MAX_THREADS_PER_BLOCK, module._symbols.max_threads.get(name, MAX_THREADS_PER_BLOCK))
+        self.max_threads: int = min(MAX_THREADS_PER_BLOCK, module._symbols.max_threads.get(name, MAX_THREADS_PER_BLOCK))
         self.arg_format = ""
 
     def prepare(self, arg_types: Any, texrefs: Any = None) -> Any:
@@ -1186,7 +1186,7 @@ class _Function:
     def get_attribute(self, attr: int) -> int:
         drv = self._drv
         drv._use("cuFuncGetAttribute")
-        values = {0: self.max_threads, 1: 0, 2: 0, 3: 0, 4: 16}  # 0: what __launch_bounds__ allows
+        values: dict[int, int] = {0: self.max_threads, 1: 0, 2: 0, 3: 0, 4: 16}  # 0: what __launch_bounds__ allows
         if int(attr) not in values:
             raise drv.fail(drv.LogicError, "cuFuncGetAttribute", INVALID_VALUE, f"attribute {attr}")
         return values[int(attr)]
