@@ -96,10 +96,16 @@ class Context(GenericContext):
     implicit; listing it is harmless).  Closing it (``close()`` or leaving a ``with`` block)
     releases everything made in it."""
 
-    def alloc(self, size: int, kind: AllocKind = AllocKind.DEVICE, device: GenericDevice | None = None) -> Allocation:
+    def alloc(
+        self,
+        size: int,
+        kind: AllocKind = AllocKind.DEVICE,
+        device: GenericDevice | None = None,
+        alignment: int | None = None,
+    ) -> Allocation:
         """Allocate ``size`` bytes of ``kind``; ``device`` defaults to the context's first device
-        (HOST memory has none)."""
-        return allocate(self, device, size, kind)
+        (HOST memory has none).  ``alignment`` (a power of two) makes the address a multiple of it."""
+        return allocate(self, device, size, kind, None, alignment)
 
     def memory_pool(self, device: GenericDevice | None = None, kind: AllocKind = AllocKind.DEVICE) -> MemoryPool:
         """The pool of ``kind`` memory on ``device`` (the first device by default; none for HOST)."""
@@ -139,9 +145,10 @@ class Device(GenericDevice):
                     ctx = self.platform.default_context_slot = Context(self.platform.devices)
         return ctx  # type: ignore[no-any-return]
 
-    def alloc(self, size: int, kind: AllocKind = AllocKind.DEVICE) -> Allocation:
-        """Allocate in the default context; HOST memory belongs to no device."""
-        return allocate(self.default_context, self, size, kind)
+    def alloc(self, size: int, kind: AllocKind = AllocKind.DEVICE, alignment: int | None = None) -> Allocation:
+        """Allocate in the default context; HOST memory belongs to no device.  ``alignment`` (a
+        power of two) makes the address a multiple of it."""
+        return allocate(self.default_context, self, size, kind, None, alignment)
 
     def memory_pool(self, kind: AllocKind = AllocKind.DEVICE) -> MemoryPool:
         """The caching allocator behind ``alloc`` for ``kind`` memory (statistics, trim, limits)."""

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from .enums import AllocKind
-from .errors import InvalidSizeError, got
+from .errors import InvalidArgumentError, InvalidSizeError, got
 
 MAX_SIZE = 1 << 64
 
@@ -49,6 +49,16 @@ def check_size(size: Any, what: str = "size", allow_zero: bool = False) -> int:
         raise InvalidSizeError(f"{what} must be {'non-negative' if allow_zero else 'positive'}, got {n}")
     if n >= MAX_SIZE:
         raise InvalidSizeError(f"{what} {n} is not below 2**64")
+    return n
+
+
+def check_alignment(alignment: Any) -> int:
+    """An allocation's ``alignment``: an integer power of two below 2**64 (``INVALID_ARGUMENT``
+    otherwise, as urUSMDeviceAlloc answers an alignment that is not a power of two); floats and
+    other types are a ``TypeError``."""
+    n = as_int(alignment, "alignment")
+    if n <= 0 or n & (n - 1) or n >= MAX_SIZE:
+        raise InvalidArgumentError(f"alignment must be a power of two below 2**64, got {n}")
     return n
 
 

@@ -29,7 +29,7 @@ cdef class Allocation(bufferbase.BufferBase):
 
 @cython.locals(alloc=Allocation, pool=CachingAllocator, block=Block, exportable=bint, clash=list, live=dict,
                registry=RangeMap)
-cpdef allocate(ctx, device, size, kind, queue=*)
+cpdef allocate(ctx, device, size, kind, queue=*, alignment=*)
 
 @cython.locals(alloc=Allocation, pool=CachingAllocator, block=Block, users=object, forgotten=bint)
 cpdef _free(target, kind)

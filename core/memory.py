@@ -34,7 +34,7 @@ from .errors import (
     OutOfResourcesError,
     UnsupportedError,
 )
-from .checks import MAX_SIZE, check_kind, check_size, pointer_value
+from .checks import MAX_SIZE, check_alignment, check_kind, check_size, pointer_value
 from .locks import check_not_reentered, defer, held_by_me, run_deferred
 from .locks import pending as _pending
 from .pool import Block, CachingAllocator
@@ -251,13 +251,25 @@ _tuple_new = tuple.__new__
 # ------------------------------------------------------------------------------------------
 
 
+MIN_ALIGNMENT = 16
+"""What every allocation's address is a multiple of, as malloc's (a backend's duty, checked by the
+conformance suite's ``test_pointers_are_aligned_for_any_scalar``): smaller alignments cost nothing."""
+
+
 def allocate(
-    ctx: GenericContext, device: GenericDevice | None, size: Any, kind: Any, queue: QueueCore | None = None
+    ctx: GenericContext,
+    device: GenericDevice | None,
+    size: Any,
+    kind: Any,
+    queue: QueueCore | None = None,
+    alignment: Any = None,
 ) -> Allocation:
     """Allocate ``size`` bytes of ``kind`` in ``ctx`` (on ``device`` unless HOST), usable at once
-    or, with ``queue``, by work enqueued on it from now on (stream order)."""
+    or, with ``queue``, by work enqueued on it from now on (stream order).  With ``alignment`` (a
+    power of two) the address is a multiple of it, from the pool as from a segment of its own."""
     if type(size) is not int or not 0 < size < MAX_SIZE:
         size = check_size(size)
+    align = 1 if alignment is None else check_alignment(alignment)
     if kind.__class__ is not AllocKind:
         check_kind(kind)
     rt = ctx.rt
@@ -286,8 +298,14 @@ def allocate(
     lock = registry.lock
     check_not_reentered(lock, "alloc")
     pool = ctx.pools.get((id(device), id(kind))) or ctx.pool(device, kind)
-    block = pool.take(size, queue)
-    ptr = block.ptr
+    if align <= MIN_ALIGNMENT:
+        block = pool.take(size, queue)
+        ptr = block.ptr
+    else:
+        # Room for the alignment in the block: the allocation starts at its first aligned
+        # address (the block, not the address, goes back to the pool when it is freed).
+        block = pool.take(size + align - 1, queue)
+        ptr = (block.ptr + align - 1) & -align
     tracker = rt.tracker
     alloc = Allocation.__new__(Allocation)
     alloc.ptr, alloc.size, alloc.kind, alloc.device, alloc.context = ptr, size, kind, device, ctx
@@ -305,7 +323,7 @@ def allocate(
             if not clash:
                 live[space] = live.get(space, 0) + 1
         if clash:
-            _place_aside(rt, alloc, pool, queue, space)
+            _place_aside(rt, alloc, pool, queue, space, align)
     except BaseException:
         _unregister_if_mine(rt, alloc)  # an interrupt may have come after the insert
         pool.give(alloc.pool_block)
@@ -318,7 +336,9 @@ def allocate(
     return alloc
 
 
-def _place_aside(rt: Runtime, alloc: Allocation, pool: CachingAllocator, queue: QueueCore | None, space: str) -> None:
+def _place_aside(
+    rt: Runtime, alloc: Allocation, pool: CachingAllocator, queue: QueueCore | None, space: str, align: int = 1
+) -> None:
     """Two backends handed out overlapping addresses: keep colliding blocks aside (so the backend
     cannot return them again) and ask for others, as liboffload does.  On return ``alloc`` holds
     a block that is registered; on an error, the block it holds is the caller's to give back."""
@@ -326,13 +346,14 @@ def _place_aside(rt: Runtime, alloc: Allocation, pool: CachingAllocator, queue: 
     held: list[Block] = []
     try:
         for _ in range(_COLLISION_RETRIES):
-            block = pool.take(alloc.size, queue)
+            block = pool.take(alloc.size + (align - 1 if align > MIN_ALIGNMENT else 0), queue)
+            ptr = (block.ptr + align - 1) & -align
             with registry.lock:
-                if not registry.insert_locked(block.ptr, block.ptr + alloc.size, alloc, True):
+                if not registry.insert_locked(ptr, ptr + alloc.size, alloc, True):
                     live = rt.live_per_space
                     live[space] = live.get(space, 0) + 1
                     held.append(alloc.pool_block)  # type: ignore[arg-type]
-                    alloc.ptr, alloc.pool_block = block.ptr, block
+                    alloc.ptr, alloc.pool_block = ptr, block
                     return
             held.append(block)
         raise OutOfResourcesError(

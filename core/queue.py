@@ -216,12 +216,12 @@ class Queue(QueueCore):
         """``pyoffload.memfill`` ordered on this queue."""
         return memfill(ptr, pattern, size, self)  # type: ignore[no-any-return]
 
-    def alloc_async(self, size: int, kind: AllocKind = AllocKind.DEVICE) -> Allocation:
+    def alloc_async(self, size: int, kind: AllocKind = AllocKind.DEVICE, alignment: int | None = None) -> Allocation:
         """Allocate in this queue's order: the memory may be in use by earlier work on the queue
         (freed with ``free_async``), so use it only from work enqueued on this queue from now on
-        (or after waiting for it).  Never blocks on the queue."""
+        (or after waiting for it).  Never blocks on the queue.  ``alignment`` as for ``alloc``."""
         self.check_live()
-        return allocate(self.context, self.device, size, kind, self)
+        return allocate(self.context, self.device, size, kind, self, alignment)
 
     def free_async(self, ptr: Allocation | int) -> Event:
         """Free in this queue's order: the memory is reused by later work on this queue at once and

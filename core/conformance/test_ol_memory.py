@@ -137,3 +137,40 @@ def test_free_of_null_is_an_invalid_null_pointer():
 def test_mem_info_of_null_is_an_invalid_null_pointer():
     pyoffload.devices()  # a live runtime: the answer must not depend on initialisation
     assert errc_of(pyoffload.mem_info, 0) is Errc.INVALID_NULL_POINTER
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=KIND_IDS)
+def test_alloc_with_an_alignment(device, kind):
+    """urUSMDeviceAlloc's ``align``: the address is a multiple of it, from the pool (small sizes)
+    and from segments of their own (large ones); the memory is whole and frees as any other."""
+    alloc_or_skip(device, 16, kind).free()  # the kind is supported
+    allocs = []
+    for size, alignment in [(1, 1), (100, 2), (100, 64), (3000, 4096), (5000, 1 << 16), (3 << 20, 1 << 16)]:
+        for _ in range(3):  # several live at once: they must not share bytes either
+            a = device.alloc(size, kind, alignment=alignment)
+            assert a.ptr % alignment == 0 and a.size == size, (a, alignment)
+            info = pyoffload.mem_info(a.ptr + size - 1)
+            assert (info.base, info.size, info.allocation) == (a.ptr, size, a)
+            allocs.append(a)
+    for i, a in enumerate(allocs):  # each whole and its own: a copy fills exactly its bytes
+        pyoffload.memfill(a, np.uint8(i))
+    for i, a in enumerate(allocs):
+        assert (read(a, np.uint8, a.size) == i).all()
+    spans = sorted((a.ptr, a.ptr + a.size) for a in allocs)
+    assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:], strict=False))
+    for a in allocs:
+        pyoffload.free(a.ptr)
+    again = device.default_context.alloc(64, kind, None if kind is AllocKind.HOST else device, alignment=256)
+    assert again.ptr % 256 == 0 and again.kind is kind
+    again.free()
+
+
+@pytest.mark.parametrize("alignment", [0, 3, 48, -16, 2**64])
+def test_an_alignment_that_is_no_power_of_two_is_invalid(device, alignment):
+    assert errc_of(device.alloc, 64, AllocKind.DEVICE, alignment) is Errc.INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize("alignment", [16.0, "64", True])
+def test_an_alignment_of_the_wrong_type_is_a_type_error(device, alignment):
+    with pytest.raises(TypeError):
+        device.alloc(64, alignment=alignment)

@@ -183,6 +183,13 @@ ROWS: list[Row] = [
     Row("alloc-kind-str", TypeError, None, lambda e: (lambda: e.dev.alloc(16, kind="device"), "'device'")),
     Row("alloc-kind-int", TypeError, None, lambda e: (lambda: e.ctx.alloc(16, kind=3), "3")),
     Row(
+        "alloc-alignment-not-power-of-two",
+        InvalidArgumentError,
+        Errc.INVALID_ARGUMENT,
+        lambda e: (lambda: e.dev.alloc(64, alignment=48), "48"),
+    ),
+    Row("alloc-alignment-float", TypeError, None, lambda e: (lambda: e.dev.alloc(64, alignment=64.0), "float")),
+    Row(
         "alloc-device-not-device",
         InvalidArgumentError,
         Errc.INVALID_ARGUMENT,
