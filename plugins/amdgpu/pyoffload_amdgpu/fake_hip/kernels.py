@@ -219,3 +219,9 @@ def _take_pair(ctx: LaunchContext, out: int, tag: np.int8, pair: bytes, tail: np
     # The conformance suite's struct-by-value kernel: struct pair {int a; float b;} as 8 bytes.
     a, b = np.frombuffer(pair, np.int32, 1)[0], np.frombuffer(pair, np.float32, 1, 4)[0]
     ctx.store(out, np.array([a, b, int(tail), int(tag)], dtype=np.float32))
+
+
+@emulates("fixed_block", ("ptr",))
+def _fixed_block(ctx: LaunchContext, out: int) -> None:
+    # The conformance suite's kernel with reqd_work_group_size(8, 1, 1): out[0] = 1.
+    ctx.store(out, np.array([1], dtype=np.int32))
