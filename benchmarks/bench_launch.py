@@ -225,6 +225,7 @@ def _host(d: Dev, cfg: Any) -> list[Figure]:
     raw_ptr = ctypes.addressof(raw_mem)
     n1, zero = np.int32(1), np.int32(0)
     c_void_p, c_int32 = ctypes.c_void_p, ctypes.c_int32
+
     # iota_i32 is a data-parallel kernel (PYOFFLOAD_KERNEL): its first parameter is the launch's
     # pyoffload_groups, which the kernel writes (its trap context).  Called without one, it wrote
     # past the end of raw_mem and corrupted the heap.

@@ -151,9 +151,18 @@ def _struct_arg(e: Env, value: Any) -> tuple[Callable[[], Any], str]:
     return (lambda: e.q.launch(prog.kernel("take"), 1, 1, [e.a, value])), "argument 1"
 
 
+def _overflowing_grid(e: Env) -> tuple[Callable[[], Any], str]:
+    # Every axis at the device's limit, the block at its own: each is allowed, their product
+    # (2**76 work-items on the host) cannot be numbered in 64 bits.
+    lim = e.dev.limits
+    grid, block = tuple(lim.grid), (lim.block_threads, 1, 1)
+    assert grid[0] * grid[1] * grid[2] * block[0] >= 1 << 64, (grid, block)
+    return (lambda: e.q.launch(e.noop, grid, block)), "overflows 64 bits"
+
+
 def _fixed_block(e: Env) -> tuple[Callable[[], Any], str]:
-    # The host backend reports no kernel attributes: give a kernel those an OpenCL driver reports
-    # for reqd_work_group_size(8, 1, 1), as kernel_attributes_impl would.
+    # The host backend's kernels require no work-group size: give a kernel the attributes an
+    # OpenCL driver reports for reqd_work_group_size(8, 1, 1), as kernel_attributes_impl would.
     k = e.prog.kernel("iota_i32")
     k._attributes = {**k.attributes, "required_work_group_size": (8, 1, 1)}
     k._block_rule = False
@@ -655,7 +664,14 @@ ROWS: list[Row] = [
         "launch-grid-2-to-the-64-work-items",
         InvalidArgumentError,
         Errc.INVALID_ARGUMENT,
-        lambda e: (lambda: e.q.launch(e.noop, (2**32, 2**32, 1), 1), "overflows 64 bits"),
+        # beyond the host's grid limit per axis, or (a device without one) beyond 64 bits in all
+        lambda e: (lambda: e.q.launch(e.noop, (2**32, 2**32, 1), 1), "grid (4294967296, 4294967296, 1)"),
+    ),
+    Row(
+        "launch-grid-within-the-limits-overflowing-64-bits",
+        InvalidArgumentError,
+        Errc.INVALID_ARGUMENT,
+        _overflowing_grid,
     ),
     Row("launch-block-breaks-required-size", InvalidArgumentError, Errc.INVALID_ARGUMENT, _fixed_block),
     Row(
