@@ -221,6 +221,14 @@ def test_grids_of_2_to_the_64_work_items_are_refused(device, kernels, queue):
         with pytest.raises(OffloadError) as err:
             queue.prepare(kernels.kernel("noop"), grid, block, [])
         assert err.value.errc is Errc.INVALID_ARGUMENT, (grid, block)
+    # Every axis within the device's limits, the total past 2**64: refused for the total.
+    lim = device.limits
+    grid = tuple(min(n, 2**40) for n in lim.grid)
+    block = (min(lim.block[0], lim.block_threads), 1, 1)
+    if grid[0] * grid[1] * grid[2] * block[0] >= 2**64:
+        with pytest.raises(OffloadError) as err:
+            queue.launch(kernels.kernel("noop"), grid, block, [])
+        assert err.value.errc is Errc.INVALID_ARGUMENT and "overflows 64 bits" in str(err.value)
     queue.wait()  # nothing was enqueued: the queue is as before
 
 
