@@ -87,6 +87,9 @@ class Program:
         self._symbols: dict[str, SymbolDesc] | None = None
         self._committed = False  # an unload went past its waits: it completes, interrupted or not
         self._done = 0  # steps of that unload completed (see _finish)
+        # A constructor or destructor whose wait failed may still run: the image is then leaked,
+        # never released under it (see _run_entry).
+        self._entry_running = False
         self.handle = self.disp.load_binary_impl(context.handle, device.handle, data)
         self.state = LOADED
         try:
@@ -105,10 +108,16 @@ class Program:
             self.state = UNLOADED
             self.rt.untrack(self.rt.programs, self)
             context.disown(self)
-            try:
-                self.disp.unload_binary_impl(device.handle, self.handle)
-            except Exception as exc:
-                warn_teardown("releasing a program whose constructor failed", exc)
+            if self._entry_running:
+                warn_teardown(
+                    "releasing a program whose constructor failed",
+                    RuntimeError("the constructor may still be running: the image stays loaded (leaked)"),
+                )
+            else:
+                try:
+                    self.disp.unload_binary_impl(device.handle, self.handle)
+                except Exception as exc:
+                    warn_teardown("releasing a program whose constructor failed", exc)
             raise
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -137,7 +146,21 @@ class Program:
         seq = queue.enqueue(
             "launch_impl", (self.device.handle, queue.handle, kernel.handle, (1, 1, 1), (1, 1, 1), args)
         )
-        queue.wait_for(seq)
+        try:
+            queue.wait_for(seq)
+        except BaseException as exc:
+            # The entry failed, or the wait did (or was interrupted) while it may still run: the
+            # image must outlive it.  Wait for it to stop unless it was an interrupt; where that
+            # cannot be told, the caller leaks the image.
+            if seq > queue.done:
+                self._entry_running = True
+                if not isinstance(exc, KeyboardInterrupt):
+                    try:
+                        queue.settle(seq)
+                        self._entry_running = False
+                    except Exception:
+                        pass
+            raise
 
     def unload(self) -> None:
         """Wait for queued launches of the program's kernels, run its destructors, notify
@@ -242,7 +265,12 @@ class Program:
         if self._done == len(self._fini) + 1:
             self._done += 1
             exported = self._exported_globals()
-            if not exported:
+            if self._entry_running:
+                warn_teardown(
+                    f"unloading {self!r}",
+                    RuntimeError("a destructor may still be running: the image stays loaded (leaked)"),
+                )
+            elif not exported:
                 self.disp.unload_binary_impl(self.device.handle, self.handle)
             elif not at_exit:
                 warn_teardown(

@@ -333,6 +333,62 @@ def test_unload_while_another_thread_launches_waits_for_every_launch_that_got_in
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
 
 
+SPINNING_CONSTRUCTOR = """
+kernel void pyoffload_init(void) {
+    volatile long sink = 0;
+    for (long i = 0; i < 20000000; i++) sink += i;
+}
+kernel void noop(void) {}
+"""
+
+
+def test_a_program_whose_constructor_wait_failed_is_released_only_once_it_stopped():
+    """The wait for a constructor failed (its marker could not be recorded) while the constructor
+    still ran: the failed load must not release the image under it (PoCL wrote into the freed
+    program state and corrupted the heap).  A spy on unload_binary_impl asks the backend, at the
+    moment of the release, whether the context's internal queue has finished."""
+    from faults import FaultPlugin, install
+    from pyoffload import runtime
+    from pyoffload.hooks.wrappers import wrap_every_hook
+
+    dev = next((d for d in pyoffload.devices() if d.backend == "opencl"), None)
+    if dev is None:
+        pytest.skip("needs an OpenCL device (constructors run as kernels there)")
+    ctx = pyoffload.Context([dev])
+    internal = ctx.internal_queue(dev)
+    finished_at_release: list[bool] = []
+
+    @wrap_every_hook
+    class ReleaseSpy:
+        def around(self, hook: str, kwargs: dict[str, object]) -> object:
+            if hook == "unload_binary_impl":
+                finished_at_release.append(bool(internal.disp.raw.queue_query_impl(internal.dh, internal.handle)))
+            return (yield)
+
+    spy = ReleaseSpy()
+    fault = FaultPlugin("event_record_impl", nth=1, backend="opencl")
+
+    def spy_factory(backend: str) -> object:
+        return spy
+
+    runtime.add_wrapper(spy_factory)
+    fault_factory = install(fault)
+    try:
+        with pytest.raises(OffloadError, match="injected fault in event_record_impl"):
+            dev.build_program(SPINNING_CONSTRUCTOR, cache=False, context=ctx)
+    finally:
+        runtime.remove_wrapper(fault_factory)
+        runtime.remove_wrapper(spy_factory)
+    assert fault.fired == 1
+    assert finished_at_release == [True], "the image was released while its constructor ran"
+    prog = dev.build_program(SPINNING_CONSTRUCTOR, cache=False, context=ctx)  # the device still works
+    q = dev.create_queue(context=ctx)
+    q.launch(prog.kernel("noop"), 1, 1).wait()
+    q.destroy()
+    prog.unload()
+    ctx.close()
+
+
 def test_lock_holds_the_buffer_export(dev):
     if dev.backend != "host":
         pytest.skip("the twin backend does not pin host memory it did not allocate differently")
