@@ -159,15 +159,21 @@ def test_event_timer_measures_the_kernel_between_two_events(dev: Any, kernels: A
     out = dev.alloc(8)
     try:
         _timed(q, kernels, out, 1000)  # warm-up: first-launch costs stay out of the comparison
-        t0 = time.perf_counter()
-        short, short_back = _timed(q, kernels, out, SPIN)
-        wall_short = (time.perf_counter() - t0) * 1e3
-        long, long_back = _timed(q, kernels, out, 4 * SPIN)
-        assert short > 0 and long > 0, f"elapsed_ms is not positive around a spinning kernel: {short}, {long}"
-        assert short_back == pytest.approx(-short) and long_back == pytest.approx(-long), (
-            "start.elapsed_ms(end) is not the negative of end.elapsed_ms(start): the events are not ordered"
-        )
-        assert short <= wall_short * 1.05 + 1, f"elapsed {short} ms exceeds the {wall_short:.1f} ms the host waited"
+        # Three of each: a busy machine can stretch any one run (the comparison takes the least).
+        shorts, longs = [], []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            short, short_back = _timed(q, kernels, out, SPIN)
+            wall_short = (time.perf_counter() - t0) * 1e3
+            long, long_back = _timed(q, kernels, out, 4 * SPIN)
+            assert short > 0 and long > 0, f"elapsed_ms is not positive around a spinning kernel: {short}, {long}"
+            assert short_back == pytest.approx(-short) and long_back == pytest.approx(-long), (
+                "start.elapsed_ms(end) is not the negative of end.elapsed_ms(start): the events are not ordered"
+            )
+            assert short <= wall_short * 1.05 + 1, f"elapsed {short} ms exceeds the {wall_short:.1f} ms the host waited"
+            shorts.append(short)
+            longs.append(long)
+        short, long = min(shorts), min(longs)
         assert long > 2 * short, (
             f"a kernel doing 4x the work measured {long:.2f} ms against {short:.2f} ms: "
             "the timer does not follow the kernel"
