@@ -10,6 +10,7 @@ No driver event is created unless something needs one.
 
 from __future__ import annotations
 
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 from .context import GenericContext
 from .device import GenericDevice
 from .enums import AllocKind
-from .errors import InvalidArgumentError, got
+from .errors import InvalidArgumentError, InvalidValueError, OffloadError, got
 from .launch import Binder, binder, check_block, dimensions
 from .memory import Allocation, allocate, claim, release, unclaim
 from .program import Kernel
@@ -113,12 +114,22 @@ class Queue(QueueCore):
 
     # -- synchronisation ----------------------------------------------------------------------
 
-    def wait(self) -> None:
+    def wait(self, timeout: float | None = None) -> bool:
         """Block until everything enqueued so far has completed; raise a failure (a host
         function's error) once.  Waiting on a queue from one of its own host functions is an
-        ``INVALID_QUEUE`` error."""
+        ``INVALID_QUEUE`` error.  With ``timeout`` (seconds, ``>= 0``), give up once it has
+        passed and return ``False``: the work goes on, and a later wait waits for it.  Returns
+        ``True`` once everything has completed."""
+        if timeout is not None:
+            timeout = _check_timeout(timeout)
+            seq = self.seq
+            if seq > self.done:
+                self._check_self_wait(seq)
+                if not _completes_within(self, seq, timeout):
+                    return False
         if self.seq > self.done or self._unreported or not self.live:
             self.synchronize()
+        return True
 
     def destroy(self) -> None:
         """Wait for outstanding work and release the queue; using it afterwards is an error."""
@@ -333,6 +344,33 @@ class PreparedLaunch:
         return call
 
 
+def _check_timeout(timeout: Any) -> float:
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be a number of seconds or None, got {got(timeout)}")
+    if not timeout >= 0:  # negative, or NaN
+        raise InvalidValueError(f"timeout must be >= 0 seconds, got {timeout!r}")
+    return float(timeout)
+
+
+def _completes_within(queue: QueueCore, seq: int, timeout: float) -> bool:
+    """Whether operation ``seq`` of ``queue`` completes within ``timeout`` seconds: polled through
+    the backend's event queries (every backend has them; no driver offers a wait with a time
+    limit), from 50 us apart up to 5 ms apart.  A failure of the work is raised by the wait after."""
+    deadline = time.monotonic() + timeout
+    delay = 50e-6
+    while True:
+        try:
+            if queue.is_done(seq):
+                return True
+        except OffloadError:
+            return True  # the work failed: it is over, and the wait after raises its failure
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(delay, left))
+        delay = min(delay * 2, 0.005)
+
+
 class Event:
     """The completion of one enqueued operation.
 
@@ -351,11 +389,21 @@ class Event:
         self.seq = seq  # the operation's sequence number in its queue
         self.marker = marker  # the operation's own driver event (a timestamp), or None
 
-    def wait(self) -> None:
-        """Block until the operation has completed; re-raise a host function's error."""
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the operation has completed; re-raise a host function's error.  With
+        ``timeout`` (seconds, ``>= 0``), give up once it has passed and return ``False``: the
+        operation goes on, and a later wait waits for it.  Returns ``True`` once it has
+        completed."""
         q = self.queue
+        if timeout is not None:
+            timeout = _check_timeout(timeout)
+            if self.seq > q.done:
+                q._check_self_wait(self.seq)
+                if not _completes_within(q, self.seq, timeout):
+                    return False
         if self.seq > q.done or q.failures or q.failed_work:
             q.wait_for(self.seq)
+        return True
 
     @property
     def is_complete(self) -> bool:

@@ -144,3 +144,64 @@ def test_event_wait_after_its_queue_was_destroyed(device):
     q.destroy()
     ev.wait()  # the queue finished its work before it went: the event is complete
     assert ev.is_complete
+
+
+def test_waits_with_a_timeout_give_up_and_leave_the_work_going(device, kernels, queue):
+    """``Event.wait(timeout=)`` and ``Queue.wait(timeout=)`` return ``False`` once the time has
+    passed (the work goes on), ``True`` once it has completed."""
+    gate = threading.Event()
+    out = device.alloc(8)
+    try:
+        queue.launch_host_function(gate.wait)  # holds everything after it back
+        queue.launch(kernels.kernel("sleep_spin"), 1, 1, [out, np.int64(1000)])
+        ev = queue.record()
+        assert ev.wait(timeout=0) is False
+        assert ev.wait(timeout=0.05) is False
+        assert queue.wait(timeout=0.05) is False
+        assert not ev.is_complete
+        gate.set()
+        assert ev.wait(timeout=60) is True
+        assert queue.wait(timeout=60) is True
+        assert read(out, np.int64, 1)[0] == 1000  # the launch ran after the timed-out waits
+        assert ev.wait() is True and queue.wait() is True
+    finally:
+        gate.set()
+        queue.wait()
+        out.free()
+
+
+def test_a_timed_wait_raises_the_failure_of_the_work(device, queue):
+    def boom():
+        raise RuntimeError("host function failed")
+
+    ev = queue.launch_host_function(boom)
+    with pytest.raises(OffloadError) as err:
+        ev.wait(timeout=60)
+    assert "host function failed" in str(err.value) or isinstance(err.value.__cause__, RuntimeError)
+
+
+@pytest.mark.parametrize("timeout", [-1, -0.5, float("nan")])
+def test_a_negative_timeout_is_invalid_value(queue, timeout):
+    ev = queue.record()
+    for call in (lambda: ev.wait(timeout=timeout), lambda: queue.wait(timeout=timeout)):
+        gate = threading.Event()
+        queue.launch_host_function(gate.wait)
+        try:
+            with pytest.raises(OffloadError) as err:
+                call()
+            assert err.value.errc is Errc.INVALID_VALUE and "timeout" in str(err.value)
+        finally:
+            gate.set()
+            queue.wait()
+
+
+@pytest.mark.parametrize("timeout", ["1", True, [1]])
+def test_a_timeout_that_is_not_a_number_is_a_type_error(queue, timeout):
+    gate = threading.Event()
+    queue.launch_host_function(gate.wait)
+    try:
+        with pytest.raises(TypeError, match="timeout"):
+            queue.wait(timeout=timeout)
+    finally:
+        gate.set()
+        queue.wait()

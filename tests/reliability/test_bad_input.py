@@ -813,6 +813,13 @@ ROWS: list[Row] = [
     ),
     Row("event-elapsed-not-event", TypeError, None, lambda e: (lambda: e.event.elapsed_ms(42), "int")),
     Row(
+        "event-wait-negative-timeout",
+        InvalidValueError,
+        Errc.INVALID_VALUE,
+        lambda e: (lambda: e.event.wait(timeout=-1), "timeout"),
+    ),
+    Row("queue-wait-timeout-not-a-number", TypeError, None, lambda e: (lambda: e.q.wait(timeout="1"), "str")),
+    Row(
         "event-elapsed-not-profiling",
         InvalidArgumentError,
         Errc.INVALID_ARGUMENT,
