@@ -178,6 +178,9 @@ def test_a_timed_wait_raises_the_failure_of_the_work(device, queue):
     with pytest.raises(OffloadError) as err:
         ev.wait(timeout=60)
     assert "host function failed" in str(err.value) or isinstance(err.value.__cause__, RuntimeError)
+    with pytest.raises(OffloadError):  # and once on the queue, as after a plain wait
+        queue.wait(timeout=60)
+    assert queue.wait(timeout=60) is True
 
 
 @pytest.mark.parametrize("timeout", [-1, -0.5, float("nan")])
