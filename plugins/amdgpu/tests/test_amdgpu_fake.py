@@ -280,9 +280,13 @@ def test_emulations_match_the_image_signatures():
     code = codeobject.parse(conformance_images()["kernels"])
     ctor = codeobject.parse(conformance_images()["ctor_dtor"])
     kernels = {**code.kernels, **ctor.kernels}
-    assert set(EMULATIONS) == set(kernels)
-    for name, (signature, _) in EMULATIONS.items():
-        assert kernels[name].signature == signature, name
+    # Every kernel of the packaged images has its emulation, with the image's signature; the
+    # others emulate kernels that conformance tests build from source (a struct by value, a
+    # required work-group size).
+    assert set(kernels) <= set(EMULATIONS), sorted(set(kernels) - set(EMULATIONS))
+    assert set(EMULATIONS) - set(kernels) == {"take_pair", "fixed_block"}
+    for name in kernels:
+        assert kernels[name].signature == EMULATIONS[name][0], name
 
 
 def test_pytest_plugin_fails_a_run_that_leaks(tmp_path):

@@ -99,7 +99,7 @@ def test_a_copy_between_two_servers_goes_directly_and_delivers_the_bytes(tmp_pat
     back = np.zeros(n, np.uint8)
     pyoffload.memcpy(back, b)
     assert (back == data).all(), "rank 2 does not hold what rank 1 had"
-    pyoffload.memcpy(back[:4096], a)
+    pyoffload.memcpy(back[:4096], a, 4096)  # the first 4 KiB of a (a size: the sides differ)
     assert (back[:4096] == data[:4096]).all()
     assert link.bytes_received == n + 4096
     print("DIRECT-OK")

@@ -32,7 +32,7 @@ def test_host_buffers_of_every_kind_round_trip(dev, src) -> None:
 def test_interior_pointers_and_partial_sizes(dev) -> None:
     a = dev.alloc(1024)
     pyoffload.memcpy(a, np.zeros(1024, np.uint8))
-    pyoffload.memcpy(a.ptr + 100, np.full(50, 9, np.uint8))
+    pyoffload.memcpy(a.ptr + 100, np.full(50, 9, np.uint8), 50)  # a size: 924 bytes lie past a.ptr + 100
     b = dev.alloc(1024)
     pyoffload.memcpy(b, np.zeros(1024, np.uint8))
     pyoffload.memcpy(b.ptr + 10, a.ptr + 90, 70)
