@@ -312,26 +312,10 @@ def dimensions(device: Any, grid: Any, block: Any) -> tuple[tuple[int, int, int]
     return g, b
 
 
-def block_rule(kernel: Kernel) -> tuple[int, tuple[int, int, int] | None] | None:
-    """What ``kernel``'s attributes demand of a block beyond the device's limits: ``(most
-    work-items, required block or None)``, or ``None`` where they demand nothing more."""
-    attrs = kernel.attributes
-    required = attrs.get("required_work_group_size")
-    req: tuple[int, int, int] | None = None
-    if required:
-        dims = tuple(int(v) for v in required)[:3]
-        req = dims + (1,) * (3 - len(dims))  # type: ignore[assignment]
-    most = attrs.get("max_work_group_size")
-    limit = kernel.program.device.limits.block_threads
-    if req is None and (most is None or int(most) >= limit):
-        return None
-    return (int(most) if most else limit), req
-
-
 def check_block(kernel: Kernel, b: tuple[int, int, int]) -> None:
     """``INVALID_ARGUMENT`` where block ``b`` breaks ``kernel``'s own work-group attributes (a
     required work-group size, a lower work-item limit), before the driver sees the launch."""
-    rule = kernel.block_rule
+    rule = kernel.block_rule  # Kernel.block_rule: the rule read from its attributes once
     if rule is None:
         return
     most, req = rule

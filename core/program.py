@@ -436,12 +436,22 @@ class Kernel:
 
     @property
     def block_rule(self) -> tuple[int, tuple[int, int, int] | None] | None:
-        """What the kernel's attributes demand of a launch's block (``launch.block_rule``), read
-        from the backend once."""
+        """What the kernel's attributes demand of a launch's block beyond the device's limits,
+        read from the backend once: ``(most work-items, required block or None)``, or ``None``
+        where they demand nothing more (``launch.check_block`` applies it)."""
         if self._block_rule is False:
-            from .launch import block_rule
-
-            self._block_rule = block_rule(self)
+            attrs = self.attributes
+            required = attrs.get("required_work_group_size")
+            req: tuple[int, int, int] | None = None
+            if required:
+                dims = tuple(int(v) for v in required)[:3]
+                req = dims + (1,) * (3 - len(dims))  # type: ignore[assignment]
+            most = attrs.get("max_work_group_size")
+            limit = self.program.device.limits.block_threads
+            if req is None and (most is None or int(most) >= limit):
+                self._block_rule = None
+            else:
+                self._block_rule = (int(most) if most else limit), req
         return self._block_rule  # type: ignore[no-any-return]
 
     @property
