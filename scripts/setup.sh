@@ -255,8 +255,13 @@ if [ "$MODE" = test ]; then
       done_ "up to date"
     else
       nocc=(env CC=false CXX=false LDSHARED=false)  # what a machine without a compiler has
-      run "${nocc[@]}" .venv-pure/bin/python -m pip install --force-reinstall --no-deps . ./plugins/opencl
-      run "${nocc[@]}" .venv-pure/bin/python -m pip install ".[test]" ./plugins/opencl
+      # From a copy of the sources: setuptools would take extensions that an earlier build left
+      # in build/ as up to date, and link nothing, so the install would not be a compiler-less one.
+      src=$(mktemp -d)
+      git ls-files -coz --exclude-standard | tar --null -T - -cf - | tar -xf - -C "$src"
+      run "${nocc[@]}" .venv-pure/bin/python -m pip install --force-reinstall --no-deps "$src" "$src/plugins/opencl"
+      run "${nocc[@]}" .venv-pure/bin/python -m pip install "$src[test]" "$src/plugins/opencl"
+      rm -rf "$src"
       if .venv-pure/bin/python -c "import pyoffload.memory as m, sys; sys.exit(not m.__file__.endswith('.py'))"; then
         mkdir -p .venv-pure/.setup-stamps
         echo "$hash" >.venv-pure/.setup-stamps/pure
