@@ -70,6 +70,9 @@ class GenericContext:
         self.owned_objects: dict[int, Owned] = {}
         self.internal_queues: dict[int, QueueCore] = {}
         self.pools: dict[tuple[int, int], CachingAllocator] = {}
+        # Allocation sites by (id(device), id(kind)), each over one of the pools; closed (``open``
+        # cleared) when the context releases its pools.
+        self.alloc_sites: dict[tuple[int, int], Any] = {}
         self._connections: dict[tuple[Any, ...], MemoryConnection] = {}  # a cache: races only recompute
         self.handle = self.disp.context_create_impl([d.handle for d in self.devices])
         self.leaked_segments = 0  # segments kept at close for memory still exported
@@ -138,6 +141,13 @@ class GenericContext:
                     self.pools[key] = pool
         return pool
 
+    def add_alloc_site(self, key: tuple[int, int], site: Any) -> None:
+        """Keep ``site`` (a :class:`pyoffload.memory.AllocSite`) for allocations of ``key``."""
+        with self._lock:
+            if not self.live:
+                site.open = False
+            self.alloc_sites[key] = site
+
     def _make_pool(self, device: GenericDevice | None, kind: AllocKind) -> CachingAllocator:
         disp, ch = self.disp, self.handle
         dh = device.handle if device is not None else None
@@ -155,7 +165,9 @@ class GenericContext:
                     released += other.trim()
             return released
 
-        pool = CachingAllocator(backend_alloc, backend_free, self.rt.settings.pool_threshold, release_siblings)
+        pool = CachingAllocator(
+            backend_alloc, backend_free, self.rt.settings.pool_threshold, release_siblings, self.rt.registry.lock
+        )
         return pool
 
     # -- memory connections -------------------------------------------------------------------
@@ -217,6 +229,9 @@ class GenericContext:
             if not self.live:
                 return
             self.live = False
+            for site in self.alloc_sites.values():
+                site.open = False
+            self.alloc_sites.clear()
             internal = list(self.internal_queues.values())
             pools = list(self.pools.items())
             self.internal_queues.clear()
@@ -257,6 +272,8 @@ class GenericContext:
     def abandon(self) -> None:
         """In a forked child (one thread; the parent's locks may be held: none is taken here)."""
         self.live = False
+        for site in self.alloc_sites.values():
+            site.open = False
         for queue in self.internal_queues.values():
             queue.abandon()
 

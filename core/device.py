@@ -89,6 +89,9 @@ class GenericDevice:
         self._info: dict[str, Any] | None = None
         self.limits_cache: Limits | None = None
         self.pins = PinnedMap()
+        # Allocation sites of the default context by id(kind) (``Device.alloc``): a site that is
+        # no longer open (its context closed) is looked up again.
+        self.alloc_sites: dict[int, Any] = {}
         # Whether this device's memory is the host's own (its type is HOST): every pointer of it is
         # a host pointer, and copies to and from it are plain ``memmove``.  (An attribute, not a
         # property: hot paths read it.)

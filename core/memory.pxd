@@ -11,6 +11,27 @@ from pyoffload.pool cimport Block, CachingAllocator
 from pyoffload.queue_core cimport clear_users, users_of
 
 
+cdef class AllocSite:
+    cdef public object context
+    cdef public object device
+    cdef public object kind
+    cdef public CachingAllocator pool
+    cdef public object rt
+    cdef public RangeMap registry
+    cdef public object lock
+    cdef public str space
+    cdef public bint exportable
+    cdef public object max_alloc
+    cdef public dict owned_objects
+    cdef public dict live_per_space
+    cdef public object tracker
+    cdef public bint open
+
+    @cython.locals(alloc=Allocation, pool=CachingAllocator, block=Block, clash=list, live=dict,
+                   registry=RangeMap)
+    cpdef Allocation allocate(self, size, queue=*, alignment=*)
+
+
 cdef class Allocation(bufferbase.BufferBase):
     cdef public object size
     cdef public object kind
@@ -22,16 +43,18 @@ cdef class Allocation(bufferbase.BufferBase):
     cdef public bint live
     cdef public Block pool_block
     cdef public CachingAllocator source_pool
+    cdef public AllocSite site
     cdef public object users
     cdef public Py_ssize_t dl_exports
     cdef object __weakref__
 
 
-@cython.locals(alloc=Allocation, pool=CachingAllocator, block=Block, exportable=bint, clash=list, live=dict,
-               registry=RangeMap)
+@cython.locals(site=AllocSite)
+cpdef AllocSite site_of(ctx, device, kind)
 cpdef allocate(ctx, device, size, kind, queue=*, alignment=*)
 
-@cython.locals(alloc=Allocation, pool=CachingAllocator, block=Block, users=object, forgotten=bint)
+@cython.locals(alloc=Allocation, site=AllocSite, pool=CachingAllocator, block=Block, users=list, forgotten=bint,
+               given=bint)
 cpdef _free(target, kind)
 
 cpdef resolve(target, what, kind=*)

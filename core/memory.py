@@ -61,7 +61,7 @@ class Allocation(bufferbase.BufferBase):
     DLPack consumer) still points into it is refused: a dangling view would be worse.
     """
 
-    # Fixed at creation: size, kind, device, context, origin, owned, pool_block, source_pool.
+    # Fixed at creation: size, kind, device, context, origin, owned, pool_block, source_pool, site.
     # Guarded by the registry's lock (``context.rt.registry.lock``): live, exportable (BufferBase),
     # dl_exports, owner; a free's claim reads the export counts under it (see ``_claim``).
     # ``users`` is guarded by pyoffload.queue_core._users_lock (record_user, users_of, clear_users).
@@ -76,6 +76,7 @@ class Allocation(bufferbase.BufferBase):
         "live",
         "pool_block",
         "source_pool",
+        "site",
         "users",
         "dl_exports",
         "__weakref__",
@@ -91,6 +92,7 @@ class Allocation(bufferbase.BufferBase):
     live: bool  # not yet freed or released
     pool_block: Block | None
     source_pool: CachingAllocator | None
+    site: AllocSite | None  # where it came from (None: external memory)
     users: dict[QueueCore, int] | None  # queue -> sequence number of the last operation using it
     dl_exports: int  # DLPack exports of memory the buffer protocol does not count (device memory)
 
@@ -256,6 +258,154 @@ MIN_ALIGNMENT = 16
 conformance suite's ``test_pointers_are_aligned_for_any_scalar``): smaller alignments cost nothing."""
 
 
+class AllocSite:
+    """Where the allocations of one (context, device, kind) come from: what :meth:`allocate` and
+    ``free`` need of the context, the device and the runtime, looked up once (an allocation's hot
+    path then reads typed fields, not attributes of four objects).
+
+    Everything is fixed at creation but ``open``, which the context clears under its own lock
+    before it releases its pools (:meth:`GenericContext._release`): a site that is not open sends
+    its caller back to :func:`site_of`.  The site's pool shares the registry's lock (``lock``), so
+    that taking a cached block and recording it, or forgetting an allocation and returning its
+    block, is one section of one lock.
+    """
+
+    __slots__ = (
+        "context",
+        "device",
+        "kind",
+        "pool",
+        "rt",
+        "registry",
+        "lock",
+        "space",
+        "exportable",
+        "max_alloc",
+        "owned_objects",
+        "live_per_space",
+        "tracker",
+        "open",
+    )
+
+    def __init__(self, ctx: GenericContext, device: GenericDevice | None, kind: AllocKind, pool: CachingAllocator):
+        rt = ctx.rt
+        self.context = ctx
+        self.device = device
+        self.kind = kind
+        self.pool = pool
+        self.rt = rt
+        self.registry = rt.registry
+        self.lock = rt.registry.lock
+        self.space = ctx.plugin.name  # the backend's name: live allocations are counted per backend
+        self.exportable = kind is not _DEVICE or (device is not None and device.host_memory)
+        self.max_alloc = MAX_SIZE if device is None else min((device.limits_cache or device.limits).max_alloc, MAX_SIZE)
+        self.owned_objects = ctx.owned_objects
+        self.live_per_space = rt.live_per_space
+        self.tracker = rt.tracker
+        self.open = True
+
+    def allocate(self, size: Any, queue: QueueCore | None = None, alignment: Any = None) -> Allocation:
+        """Allocate ``size`` bytes here, usable at once or, with ``queue``, by work enqueued on it
+        from now on (stream order).  With ``alignment`` (a power of two) the address is a multiple
+        of it, from the pool as from a segment of its own."""
+        if type(size) is not int or not 0 < size < MAX_SIZE:
+            size = check_size(size)
+        align = 1 if alignment is None else check_alignment(alignment)
+        rt = self.rt
+        if not self.open or rt.state is not LIVE:
+            self.context.check_alive()
+            rt.check_alive()
+        if size > self.max_alloc:
+            where = self.device.id if self.device is not None else self.context.backend
+            raise OutOfResourcesError(
+                f"alloc of {size} bytes exceeds the largest allocation of {where} ({self.max_alloc} bytes)"
+            )
+        lock = self.lock
+        check_not_reentered(lock, "alloc")
+        pool = self.pool
+        need = size if align <= MIN_ALIGNMENT else size + align - 1
+        tracker = self.tracker
+        alloc = Allocation.__new__(Allocation)
+        alloc.size, alloc.kind, alloc.device, alloc.context = size, self.kind, self.device, self.context
+        alloc.origin = origin() if tracker.on else None
+        alloc.owned, alloc.owner, alloc.live = True, None, True
+        alloc.pool_block, alloc.source_pool, alloc.site, alloc.users, alloc.dl_exports = None, pool, self, None, 0
+        alloc.nbytes, alloc.exportable = size, self.exportable
+        space = self.space
+        live = self.live_per_space
+        registry = self.registry
+        clash: list[tuple[int, int, Any]] | None = None
+        try:
+            with lock:
+                # The common case in one section: a cached block, recorded at once.
+                block = pool.take_cached(need, queue)
+                if block is not None:
+                    alloc.pool_block = block
+                    alloc.ptr = ptr = (block.ptr + align - 1) & -align
+                    # A backend never hands out overlapping live blocks itself: ranges are checked
+                    # for overlap only while another backend has live memory too (address spaces
+                    # can coincide).
+                    clash = registry.insert_locked(
+                        ptr, ptr + size, alloc, len(live) > 1 or bool(live) and space not in live
+                    )
+                    if not clash:
+                        live[space] = live.get(space, 0) + 1
+            if block is None:
+                block = pool.take(need, queue)  # a new segment, or past the pool: lock not held
+                alloc.pool_block = block
+                alloc.ptr = ptr = (block.ptr + align - 1) & -align
+                with lock:
+                    clash = registry.insert_locked(
+                        ptr, ptr + size, alloc, len(live) > 1 or bool(live) and space not in live
+                    )
+                    if not clash:
+                        live[space] = live.get(space, 0) + 1
+            if clash:
+                _place_aside(rt, alloc, pool, queue, space, align)
+        except BaseException:
+            _unregister_if_mine(rt, alloc)  # an interrupt may have come after the insert
+            if alloc.pool_block is not None:
+                pool.give(alloc.pool_block)
+            raise
+        self.owned_objects[id(alloc)] = alloc
+        if tracker.on:
+            tracker.allocated(alloc)
+        if _pending():
+            run_deferred()
+        return alloc
+
+
+def site_of(ctx: GenericContext, device: GenericDevice | None, kind: Any) -> AllocSite:
+    """The open allocation site of ``kind`` memory of ``device`` in ``ctx`` (checked: the device
+    is the context's and has that kind; HOST memory has no device)."""
+    if kind.__class__ is not AllocKind:
+        check_kind(kind)
+    key = (id(device), id(kind))
+    site = ctx.alloc_sites.get(key)
+    if site is not None and site.open:
+        return site  # type: ignore[no-any-return]
+    ctx.check_alive()
+    ctx.rt.check_alive()
+    if kind is _HOST:
+        device = None
+        if kind not in (ctx.devices[0].limits_cache or ctx.devices[0].limits).kinds:
+            raise UnsupportedError(f"{ctx.devices[0].id} does not support HOST memory (info 'memory_kinds')")
+    else:
+        if device is None:
+            device = ctx.devices[0]
+        elif device not in ctx.devices:
+            ctx.check_device(device, "alloc")
+        if kind not in (device.limits_cache or device.limits).kinds:
+            raise UnsupportedError(f"{device.id} does not support {kind.name} memory (info 'memory_kinds')")
+        key = (id(device), id(kind))
+    site = ctx.alloc_sites.get(key)
+    if site is not None and site.open:
+        return site  # type: ignore[no-any-return]
+    site = AllocSite(ctx, device, kind, ctx.pool(device, kind))
+    ctx.add_alloc_site(key, site)
+    return site
+
+
 def allocate(
     ctx: GenericContext,
     device: GenericDevice | None,
@@ -264,76 +414,11 @@ def allocate(
     queue: QueueCore | None = None,
     alignment: Any = None,
 ) -> Allocation:
-    """Allocate ``size`` bytes of ``kind`` in ``ctx`` (on ``device`` unless HOST), usable at once
-    or, with ``queue``, by work enqueued on it from now on (stream order).  With ``alignment`` (a
-    power of two) the address is a multiple of it, from the pool as from a segment of its own."""
+    """Allocate ``size`` bytes of ``kind`` in ``ctx`` (on ``device`` unless HOST): see
+    :meth:`AllocSite.allocate`."""
     if type(size) is not int or not 0 < size < MAX_SIZE:
-        size = check_size(size)
-    align = 1 if alignment is None else check_alignment(alignment)
-    if kind.__class__ is not AllocKind:
-        check_kind(kind)
-    rt = ctx.rt
-    if not ctx.live or rt.state is not LIVE:
-        ctx.check_alive()
-        rt.check_alive()
-    if kind is _HOST:
-        device = None
-        if kind not in (ctx.devices[0].limits_cache or ctx.devices[0].limits).kinds:
-            raise UnsupportedError(f"{ctx.devices[0].id} does not support HOST memory (info 'memory_kinds')")
-        exportable = True
-    else:
-        if device is None:
-            device = ctx.devices[0]
-        elif device not in ctx.devices:
-            ctx.check_device(device, "alloc")
-        limits = device.limits_cache or device.limits
-        if kind not in limits.kinds:
-            raise UnsupportedError(f"{device.id} does not support {kind.name} memory (info 'memory_kinds')")
-        if size > limits.max_alloc:
-            raise OutOfResourcesError(
-                f"alloc of {size} bytes exceeds the largest allocation of {device.id} ({limits.max_alloc} bytes)"
-            )
-        exportable = kind is not _DEVICE or device.host_memory
-    registry = rt.registry
-    lock = registry.lock
-    check_not_reentered(lock, "alloc")
-    pool = ctx.pools.get((id(device), id(kind))) or ctx.pool(device, kind)
-    if align <= MIN_ALIGNMENT:
-        block = pool.take(size, queue)
-        ptr = block.ptr
-    else:
-        # Room for the alignment in the block: the allocation starts at its first aligned
-        # address (the block, not the address, goes back to the pool when it is freed).
-        block = pool.take(size + align - 1, queue)
-        ptr = (block.ptr + align - 1) & -align
-    tracker = rt.tracker
-    alloc = Allocation.__new__(Allocation)
-    alloc.ptr, alloc.size, alloc.kind, alloc.device, alloc.context = ptr, size, kind, device, ctx
-    alloc.origin = origin() if tracker.on else None
-    alloc.owned, alloc.owner, alloc.live = True, None, True
-    alloc.pool_block, alloc.source_pool, alloc.users, alloc.dl_exports = block, pool, None, 0
-    alloc.nbytes, alloc.exportable = size, exportable
-    space = ctx.plugin.name
-    try:
-        with lock:
-            # A backend never hands out overlapping live blocks itself: ranges are checked for
-            # overlap only while another backend has live memory too (address spaces can coincide).
-            live = rt.live_per_space
-            clash = registry.insert_locked(ptr, ptr + size, alloc, len(live) > 1 or bool(live) and space not in live)
-            if not clash:
-                live[space] = live.get(space, 0) + 1
-        if clash:
-            _place_aside(rt, alloc, pool, queue, space, align)
-    except BaseException:
-        _unregister_if_mine(rt, alloc)  # an interrupt may have come after the insert
-        pool.give(alloc.pool_block)
-        raise
-    ctx.owned_objects[id(alloc)] = alloc
-    if tracker.on:
-        tracker.allocated(alloc)
-    if _pending():
-        run_deferred()
-    return alloc
+        size = check_size(size)  # before the kind and the device, as every entry checks them
+    return site_of(ctx, device, kind).allocate(size, queue, alignment)
 
 
 def _place_aside(
@@ -373,7 +458,7 @@ def register_external(
     alloc = Allocation.__new__(Allocation)
     alloc.ptr, alloc.size, alloc.kind, alloc.device, alloc.context = ptr, size, kind, device, ctx
     alloc.origin, alloc.owned, alloc.owner, alloc.live = None, False, owner, True
-    alloc.pool_block, alloc.source_pool, alloc.users, alloc.dl_exports = None, None, None, 0
+    alloc.pool_block, alloc.source_pool, alloc.site, alloc.users, alloc.dl_exports = None, None, None, None, 0
     alloc.nbytes, alloc.exportable = size, kind is not AllocKind.DEVICE or (device is not None and device.host_memory)
     try:
         clash = rt.registry.insert(ptr, ptr + size, alloc, True)
@@ -580,22 +665,45 @@ def free(target: Allocation | int, kind: AllocKind | None = None) -> None:
 def _free(target: Allocation | int, kind: AllocKind | None) -> None:
     """:func:`free`'s body (compiled, a module function may not share a name with a method of the
     extension type Allocation)."""
-    rt = _runtime.CURRENT
-    if rt is not None and held_by_me(rt.registry.lock):
-        defer(partial(free, target, kind))  # a partial: Cython compiles no closure in a C function
-        return
-    alloc = resolve(target, "free", kind)
-    pool = alloc.source_pool
-    if pool is not None and held_by_me(pool.lock):
-        defer(partial(free, alloc, kind))
-        return
-    # The common case, memory no queued work uses, is one section of the registry's lock: claim
-    # it and forget it (``users`` is read after the claim, as a waiting free reads it).
-    rt = alloc.context.rt
-    with rt.registry.lock:
+    site: AllocSite | None = None
+    if type(target) is Allocation and kind is None:
+        alloc = target
+        site = alloc.site
+    if site is not None:
+        # pyoffload's own allocation, given as itself: no lookup
+        if held_by_me(site.lock):
+            defer(partial(free, target, kind))  # a partial: Cython compiles no closure in a C function
+            return
+        rt = site.rt
+        if rt.state is not LIVE and rt.state is not CLOSING:  # teardown frees through here too
+            raise dead_runtime_error(rt)
+    else:
+        current = _runtime.CURRENT
+        if current is not None and held_by_me(current.registry.lock):
+            defer(partial(free, target, kind))
+            return
+        alloc = resolve(target, "free", kind)
+        site = alloc.site
+        if site is None:  # owned memory always has its site
+            raise AssertionError(f"{alloc!r} has no allocation site")
+        if held_by_me(site.lock):
+            defer(partial(free, alloc, kind))
+            return
+        rt = site.rt
+    # The common case, memory no queued work uses, is one section of the registry's lock (which
+    # the pool shares): claim it, forget it and return its block (``users`` is read after the
+    # claim, as a waiting free reads it).
+    pool = site.pool
+    block = alloc.pool_block
+    given = forgotten = False
+    with site.lock:
         _claim_locked(alloc, "free")
         users = users_of(alloc)
-        forgotten = False if users else _forget_locked(rt, alloc)
+        if not users:
+            forgotten = _forget_locked(rt, alloc)
+            if block is not None and block.segment.pooled:
+                pool.give_locked(block, None, 0)
+                given = True
     if users:
         try:
             if _wait_or_defer(alloc, users):
@@ -604,12 +712,11 @@ def _free(target: Allocation | int, kind: AllocKind | None) -> None:
             unclaim(alloc)
             raise
         release(alloc)
-    else:  # no users to forget (a launch that recorded itself since failed: alloc.live is False)
+    else:
         if forgotten:
             _forgotten(rt, alloc)
-        block = alloc.pool_block
-        if block is not None and pool is not None:
-            pool.give(block)
+        if block is not None and not given:
+            pool.give(block)  # its own segment: back to the backend, outside the lock
     if _pending():
         run_deferred()
 

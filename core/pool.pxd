@@ -49,9 +49,12 @@ cdef class CachingAllocator:
     cdef public Py_ssize_t backend_frees
     cdef object __weakref__
 
-    @cython.locals(free=list, block=Block, fit=Block, pooled=bint)
+    @cython.locals(block=Block)
     cpdef Block take(self, size, queue=*)
+    @cython.locals(free=list, block=Block, fit=Block)
+    cpdef Block take_cached(self, size, queue=*)
     cpdef give(self, Block block, queue=*, seq=*)
+    cpdef give_locked(self, Block block, queue, seq)
     @cython.locals(free=list)
     cdef _put(self, Block block)
     cdef _unlist(self, Block block)

@@ -23,9 +23,11 @@ Requests above the bound, or any request while the pool is off, are passed strai
 the backend, one segment each, released as soon as they are freed.
 
 Locking: each allocator's fields, and the fields of its blocks and segments, are guarded by its
-one lock (``_lock``, see :mod:`pyoffload.locks`), which is never held while the backend allocates
-or frees: a new segment's bytes are reserved under the lock first (so that threads racing for the
-last bytes under a ``limit`` cannot all get them), and given back if the backend fails.
+one lock (``_lock``, see :mod:`pyoffload.locks`; a context's allocators share the address
+registry's, so that an allocation takes its block and records it in one section).  It is never
+held while the backend allocates or frees: a new segment's bytes are reserved under the lock
+first (so that threads racing for the last bytes under a ``limit`` cannot all get them), and given
+back if the backend fails.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .errors import OutOfResourcesError
-from .locks import allocator_lock, check_not_reentered
+from .locks import AllocatorLock, allocator_lock, check_not_reentered
 
 ROUND = 512
 SMALL_REQUEST = 1 << 20
@@ -136,11 +138,14 @@ class CachingAllocator:
         backend_free: Callable[[int], None],
         max_request: int | None,
         on_exhausted: Callable[[], int] | None = None,
+        lock: AllocatorLock | None = None,
     ) -> None:
         self._alloc = backend_alloc
         self.backend_free = backend_free
         self.on_exhausted = on_exhausted
-        self._lock = allocator_lock()
+        # Its own lock, or the one it shares (a context's pools share the address registry's: an
+        # allocation takes a block and records it in one section).
+        self._lock = allocator_lock() if lock is None else lock
         # -- guarded by _lock ------------------------------------------------------------------
         self.max_request = max_request  # None: every size; 0: pool off
         self.limit: int | None = None  # most bytes reserved from the backend; None: no limit
@@ -171,32 +176,39 @@ class CachingAllocator:
         """A block of at least ``size`` bytes, usable by work on ``queue`` (``None``: right away)."""
         lock = self._lock
         check_not_reentered(lock, "alloc")
-        need = (size + ROUND - 1) & ~(ROUND - 1)
         with lock:
-            bound = self.max_request
-            pooled = bound is None or (bound != 0 and size <= bound)
-            if pooled:
-                try:
-                    free = self._lists.get(need)
-                    if free:
-                        block = free[-1]
-                        if block.queue is None or block.usable_by(queue):
-                            free.pop()
-                            if not free:
-                                del self._sizes[bisect_left(self._sizes, need)]
-                            self.hits += 1
-                            return self._use(block, need)
-                    fit = self._best_fit(need, queue)
-                    if fit is None and self._coalesce():
-                        fit = self._best_fit(need, queue)
-                except BaseException:
-                    self._repair()
-                    raise
-                if fit is not None:
-                    return fit
-        if not pooled:
-            return self._unpooled(size)
-        return self._grow(need)
+            block = self.take_cached(size, queue)
+        if block is not None:
+            return block
+        bound = self.max_request
+        if bound is None or (bound != 0 and size <= bound):
+            return self._grow((size + ROUND - 1) & ~(ROUND - 1))
+        return self._unpooled(size)
+
+    def take_cached(self, size: int, queue: Any = None) -> Block | None:
+        """:meth:`take` from what the pool holds (lock held): ``None`` where that needs a new
+        segment or the request is not the pool's to serve."""
+        bound = self.max_request
+        if not (bound is None or (bound != 0 and size <= bound)):
+            return None
+        need = (size + ROUND - 1) & ~(ROUND - 1)
+        try:
+            free = self._lists.get(need)
+            if free:
+                block = free[-1]
+                if block.queue is None or block.usable_by(queue):
+                    free.pop()
+                    if not free:
+                        del self._sizes[bisect_left(self._sizes, need)]
+                    self.hits += 1
+                    return self._use(block, need)
+            fit = self._best_fit(need, queue)
+            if fit is None and self._coalesce():
+                fit = self._best_fit(need, queue)
+        except BaseException:
+            self._repair()
+            raise
+        return fit
 
     def give(self, block: Block, queue: Any = None, seq: int = 0) -> None:
         """Return a block; ``queue``/``seq``: freed in that queue's order (not yet complete)."""
@@ -204,13 +216,17 @@ class CachingAllocator:
             self._release_unpooled(block)
             return
         with self._lock:
-            try:
-                block.queue, block.seq = queue, seq
-                self.in_use -= block.size
-                self._put(block)
-            except BaseException:
-                self._repair()
-                raise
+            self.give_locked(block, queue, seq)
+
+    def give_locked(self, block: Block, queue: Any, seq: int) -> None:
+        """:meth:`give` of a block of a pooled segment (lock held)."""
+        try:
+            block.queue, block.seq = queue, seq
+            self.in_use -= block.size
+            self._put(block)
+        except BaseException:
+            self._repair()
+            raise
 
     # -- the slow path (lock held unless said otherwise) --------------------------------------
 
