@@ -14,13 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from . import runtime as _runtime
 from .build import build
-from .checks import MAX_SIZE, check_size
 from .context import GenericContext
 from .device import GenericDevice, Platform
 from .enums import AllocKind, DeviceType
 from .errors import NoDevicesError, NotFoundError
 from .hooks.discovery import HOST_BACKEND, Backend, PluginReport, load_backends
-from .memory import Allocation, allocate, site_of
+from .memory import Allocation, allocate, device_alloc
 from .pinning import lock, unlock
 from .program import Program
 from .queue import Queue
@@ -149,13 +148,7 @@ class Device(GenericDevice):
     def alloc(self, size: int, kind: AllocKind = AllocKind.DEVICE, alignment: int | None = None) -> Allocation:
         """Allocate in the default context; HOST memory belongs to no device.  ``alignment`` (a
         power of two) makes the address a multiple of it."""
-        site = self.alloc_sites.get(id(kind))  # ids: hashing an Enum member runs Python code
-        if site is None or not site.open:
-            if type(size) is not int or not 0 < size < MAX_SIZE:
-                size = check_size(size)  # before the kind, as every entry checks them
-            site = site_of(self.default_context, self, kind)
-            self.alloc_sites[id(kind)] = site
-        return site.allocate(size, None, alignment)
+        return device_alloc(self, size, kind, alignment)
 
     def memory_pool(self, kind: AllocKind = AllocKind.DEVICE) -> MemoryPool:
         """The caching allocator behind ``alloc`` for ``kind`` memory (statistics, trim, limits)."""

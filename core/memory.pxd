@@ -60,8 +60,11 @@ cpdef _free(target, kind)
 cpdef resolve(target, what, kind=*)
 cpdef _claim(alloc, what)
 cpdef _claim_locked(Allocation alloc, what)
-@cython.locals(registry=RangeMap)
+@cython.locals(registry=RangeMap, site=AllocSite, live=dict)
 cpdef bint _forget_locked(rt, Allocation alloc) except -1
+@cython.locals(site=AllocSite)
 cpdef _forgotten(rt, Allocation alloc)
+@cython.locals(sites=dict, site=AllocSite)
+cpdef Allocation device_alloc(device, size, kind, alignment)
 cpdef unregister(rt, alloc)
 

@@ -502,28 +502,43 @@ def _forget_locked(rt: Runtime, alloc: Allocation) -> bool:
     """:func:`unregister`'s part under the registry's lock; ``False`` if it was not registered."""
     alloc.live = False
     alloc.exportable = False
-    registry = rt.registry
+    site = alloc.site
+    registry = rt.registry if site is None else site.registry
     try:
         registry.remove_locked(alloc.ptr)
     except KeyError:
         return False
-    if alloc.owned:
-        live = rt.live_per_space
-        space = alloc.context.plugin.name  # the backend's name, as allocate counts it
-        if live.get(space, 0) <= 1:
+    if site is not None:  # owned memory: counted per backend, as allocate counts it
+        live = site.live_per_space
+        space = site.space
+        count = live.get(space, 0)
+        if count <= 1:
             live.pop(space, None)
         else:
-            live[space] -= 1
+            live[space] = count - 1
     rt.epoch += 1
     return True
 
 
 def _forgotten(rt: Runtime, alloc: Allocation) -> None:
     """:func:`unregister`'s part after the registry's lock (the context's own dict is atomic)."""
-    if alloc.owned:
-        alloc.context.owned_objects.pop(id(alloc), None)
-        if rt.tracker.on:
-            rt.tracker.freed_alloc(alloc)
+    site = alloc.site
+    if site is not None:
+        site.owned_objects.pop(id(alloc), None)
+        if site.tracker.on:
+            site.tracker.freed_alloc(alloc)
+
+
+def device_alloc(device: GenericDevice, size: Any, kind: Any, alignment: Any) -> Allocation:
+    """``Device.alloc``: allocate in the device's default context, through the site it keeps."""
+    sites = device.alloc_sites
+    site = sites.get(id(kind))  # ids: hashing an Enum member runs Python code
+    if site is None or not site.open:
+        if type(size) is not int or not 0 < size < MAX_SIZE:
+            size = check_size(size)  # before the kind, as every entry checks them
+        site = site_of(device.default_context, device, kind)  # type: ignore[attr-defined]
+        sites[id(kind)] = site
+    return site.allocate(size, None, alignment)
 
 
 # ------------------------------------------------------------------------------------------

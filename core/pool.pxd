@@ -18,7 +18,7 @@ cdef class Segment:
 
 cdef class Block:
     cdef public object ptr
-    cdef public object size
+    cdef public Py_ssize_t size
     cdef public Segment segment
     cdef public Block prev
     cdef public Block next
@@ -39,10 +39,10 @@ cdef class CachingAllocator:
     cdef public dict _lists
     cdef public list _sizes
     cdef public dict _segments
-    cdef public object in_use
-    cdef public object reserved
-    cdef public object peak_in_use
-    cdef public object peak_reserved
+    cdef public Py_ssize_t in_use
+    cdef public Py_ssize_t reserved
+    cdef public Py_ssize_t peak_in_use
+    cdef public Py_ssize_t peak_reserved
     cdef public Py_ssize_t allocations
     cdef public Py_ssize_t hits
     cdef public Py_ssize_t backend_allocs
@@ -51,7 +51,7 @@ cdef class CachingAllocator:
 
     @cython.locals(block=Block)
     cpdef Block take(self, size, queue=*)
-    @cython.locals(free=list, block=Block, fit=Block)
+    @cython.locals(free=list, block=Block, fit=Block, need=Py_ssize_t)
     cpdef Block take_cached(self, size, queue=*)
     cpdef give(self, Block block, queue=*, seq=*)
     cpdef give_locked(self, Block block, queue, seq)
@@ -60,5 +60,6 @@ cdef class CachingAllocator:
     cdef _unlist(self, Block block)
     cpdef _repair(self)
     cdef Block _best_fit(self, need, queue)
-    cdef Block _use(self, Block block, need)
+    @cython.locals(rest=Block)
+    cdef Block _use(self, Block block, Py_ssize_t need)
     cpdef Py_ssize_t _coalesce(self) except -1

@@ -441,3 +441,20 @@ def test_an_interrupt_in_memcpy_close_or_unload_leaves_the_runtime_working(what:
         env=dict(os.environ, PYOFFLOAD_PLUGINS=""),
     )
     assert done.returncode == 0 and done.stdout.startswith("OK"), (done.stdout[-2000:], done.stderr[-4000:])
+
+
+def test_device_alloc_after_its_default_context_closed(host: Any) -> None:
+    """``Device.alloc`` keeps what it needs of its default context; once that context is closed,
+    the next allocation comes from the new default context, never from the closed one."""
+    first = host.alloc(64)
+    old = first.context
+    old.close()
+    assert first.freed
+    second = host.alloc(64)
+    try:
+        assert second.context is host.default_context
+        assert second.context is not old and second.context.alive
+        assert pyoffload.mem_info(second.ptr).allocation is second
+        assert second.ptr % memory.MIN_ALIGNMENT == 0
+    finally:
+        pyoffload.free(second)
