@@ -109,4 +109,20 @@ def test_generated_c_runs_parallel_without_a_wrapper(n: int) -> None:
     import generated_c
 
     times = generated_c.run(n)
-    assert set(times) == {"matmul", "fused"}
+    assert set(times) == {"matmul", "fused", "mlp_step"}
+
+
+def test_generated_mlp_step_is_the_same_on_opencl() -> None:
+    """The generator's OpenCL C rendering of the MLP step's 19 kernels computes the same step as
+    numpy on an OpenCL device (the benchmarks compare the two renderings)."""
+    import generated_c
+
+    ocl = [d for d in pyoffload.devices() if d.backend == "opencl"]
+    if not ocl:
+        pytest.skip("no OpenCL device")
+    mlp = generated_c.Mlp(batch=8, in_=12, hidden=6, out=3)
+    with ocl[0].create_queue() as q:
+        run = generated_c.MlpStep(ocl[0], q, mlp, generated_c.OPENCL)
+        run.step()
+        generated_c.check_mlp_step(mlp, run)
+        run.close()
