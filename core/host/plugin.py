@@ -530,7 +530,7 @@ def event_record_impl(device: Any, queue: HostQueue) -> HostEvent:
 
 @hookimpl
 def event_wait_impl(device: Any, event: HostEvent) -> None:
-    event.done.wait()
+    event.wait()
     if event.error is not None:
         event.queue.reported(event.error)
         raise event.error
@@ -538,7 +538,7 @@ def event_wait_impl(device: Any, event: HostEvent) -> None:
 
 @hookimpl
 def event_query_impl(device: Any, event: HostEvent) -> bool:
-    if not event.done.is_set():
+    if not event.is_set():
         return False
     if event.error is not None:
         raise event.error

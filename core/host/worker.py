@@ -17,22 +17,41 @@ from __future__ import annotations
 
 import queue as _queue
 import threading
+from _thread import allocate_lock
 import time
 from collections.abc import Callable
 from typing import Any
 
 
 class HostEvent:
-    """A marker: set when the worker reaches it, with the time it did and the failure of the work
-    before it that no wait had raised yet."""
+    """A marker: reached when the worker reaches it, with the time it did and the failure of the
+    work before it that no wait had raised yet.
 
-    __slots__ = ("done", "error", "stamp", "queue")
+    It is a lock, held from its creation until the worker releases it: waiting is acquiring it
+    and releasing it again for the next waiter, each one C call that blocks without the GIL.  A
+    ``threading.Event`` costs a Condition, a waiter lock per wait and Python code on both sides,
+    a few microseconds of every synchronous launch's round trip."""
+
+    __slots__ = ("_lock", "error", "stamp", "queue")
 
     def __init__(self, queue: HostQueue) -> None:
-        self.done = threading.Event()
+        self._lock = allocate_lock()
+        self._lock.acquire()
         self.error: BaseException | None = None
         self.stamp = 0.0
         self.queue = queue
+
+    def reach(self) -> None:
+        """The worker reached this marker (called once, by the worker)."""
+        self._lock.release()
+
+    def is_set(self) -> bool:
+        return not self._lock.locked()
+
+    def wait(self) -> None:
+        lock = self._lock
+        lock.acquire()
+        lock.release()
 
 
 _STOP = object()
@@ -72,7 +91,7 @@ class HostQueue:
             if type(item) is HostEvent:
                 item.stamp = time.perf_counter()
                 item.error = self.error
-                item.done.set()
+                item.reach()
             else:
                 try:
                     item[0](*item[1])
@@ -89,7 +108,7 @@ class HostQueue:
                 self.error = None
 
     def wait(self, event: HostEvent) -> None:
-        event.done.wait()
+        event.wait()
         error = event.error
         if error is not None:
             self.reported(error)
