@@ -219,12 +219,15 @@ class Mlp:
 class MlpStep:
     """The MLP step's kernels built for ``dev`` and their launches prepared over fresh buffers
     holding ``mlp.inputs()``: ``step()`` runs the 19 prepared launches, then waits (a jitted step,
-    as a framework replays it); ``read(name)`` copies a buffer back."""
+    as a framework replays it); ``read(name)`` copies a buffer back.  ``options`` go to the
+    compiler (a framework's own, such as tinygrad's ``-march=native``)."""
 
-    def __init__(self, dev: pyoffload.Device, q: pyoffload.Queue, mlp: Mlp, dialect: Dialect) -> None:
+    def __init__(
+        self, dev: pyoffload.Device, q: pyoffload.Queue, mlp: Mlp, dialect: Dialect, options: tuple[str, ...] = ()
+    ) -> None:
         kernels = mlp.kernels()
         self.q = q
-        self.prog = dev.build_program(render(dialect, [k for k, _ in kernels]))
+        self.prog = dev.build_program(render(dialect, [k for k, _ in kernels]), options)
         self.shapes = mlp.shapes()
         self.bufs = {name: dev.alloc(4 * int(np.prod(shape))) for name, shape in self.shapes.items()}
         for name, value in mlp.inputs().items():
