@@ -71,6 +71,7 @@ _dlsym = _libc.dlsym
 _dlsym.restype = ctypes.c_void_p
 _dlsym.argtypes = (ctypes.c_void_p, ctypes.c_char_p)
 _memmove = ctypes.memmove
+_byref = ctypes.byref
 ALIGNMENT = 64
 # Large allocations ask for transparent huge pages, as numpy does for its arrays: where the
 # system leaves it to each process (THP "madvise" mode) they are otherwise 4 KiB pages, with more
@@ -409,14 +410,8 @@ def kernel_packer_impl(device: Any, kernel: HostKernel, kinds: tuple[str, ...]) 
             )
         # built (once per machine) when the first data-parallel kernel is launched
         _runtime.library()
-        layout = _runtime.Layout(kernel.abi, kinds, kernel.name)
         address = ctypes.cast(kernel.fn, ctypes.c_void_p).value or 0
-        pack_launch = layout.pack
-
-        def pack_parallel(values: tuple[Any, ...]) -> _runtime.Launch:
-            return pack_launch(address, values)
-
-        return pack_parallel
+        return _runtime.Layout(kernel.abi, kinds, kernel.name, address).pack
     if all(kind == "ptr" for kind in kinds):
         return _pointers
     # ctypes types take numpy scalars and Python numbers as they are (the generic layer has
@@ -460,7 +455,7 @@ def _run_parallel(kernel: HostKernel, desc: _runtime.Launch, threads: int) -> No
     """One data-parallel launch, on its queue's worker thread: the native runtime runs every
     work-group on its threads (this one included) and returns when all have run."""
     trapped = ctypes.c_uint64()
-    status = _runtime.library().pyoffload_host_run(ctypes.byref(desc), threads, ctypes.byref(trapped))
+    status = _runtime.run(_byref(desc), threads, _byref(trapped))  # loaded: the packer built it
     if status == _runtime.OK:
         return
     grid, block = tuple(desc.num_groups), tuple(desc.local_size)
