@@ -31,6 +31,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "pyoffload_host.h"
 
@@ -104,6 +105,7 @@ typedef struct pyo_job {
     _Atomic uint64_t trapped;    /* 1 + the lowest linear id of a group that trapped; 0: none */
     _Atomic int failed;          /* PYO_NO_MEMORY: a thread could not get its local memory */
     _Atomic int workers;         /* pool threads in this job: changed under pool.mu */
+    int woken;                   /* the owner woke the sleeping pool threads for it */
 } pyo_job;
 
 static struct {
@@ -207,8 +209,32 @@ static void run_context(pyo_job *j, uint64_t first, uint64_t last, uint64_t *s, 
     }
 }
 
-/* Claim ranges of groups until none is left (or the launch failed). */
-static void run_job(pyo_job *j, uint64_t thread) {
+static uint64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* Wake the sleeping pool threads for job j, once (the launch's own thread, under no lock). */
+static void wake(pyo_job *j) {
+    if (j->woken) return;
+    j->woken = 1;
+    pthread_mutex_lock(&pool.mu);
+    if (pool.sleepers) pthread_cond_broadcast(&pool.work);
+    pthread_mutex_unlock(&pool.mu);
+}
+
+/* Work a launch's own thread does before it wakes sleeping pool threads: waking one (a futex
+ * call, then the scheduler) costs the launch several microseconds on its own thread and takes
+ * 10-50 us to bring help, so a launch whose remaining groups take less than this runs them alone
+ * (a tiny kernel split into many groups, as frameworks launch them, then costs what one group
+ * does); a longer one wakes them at once. */
+#define PYO_WAKE_NS 25000u
+
+/* Claim ranges of groups until none is left (or the launch failed).  The launch's own thread
+ * (`owner`, of a launch shared with pool threads) starts with one group alone and times it, and
+ * after each range wakes the pool once the groups left look longer than PYO_WAKE_NS. */
+static void run_job(pyo_job *j, uint64_t thread, int owner) {
     const pyo_launch *L = j->launch;
     uint64_t s[PYO_SLOTS];
     memcpy(s, L->slots, sizeof s);
@@ -222,12 +248,14 @@ static void run_job(pyo_job *j, uint64_t thread) {
         }
         for (uint64_t i = 0; i < L->nlocal; i++) s[L->local_slot[i]] = (uint64_t)(uintptr_t)(local + j->local_offset[i]);
     }
+    int watch = owner && !j->woken;
+    uint64_t started = watch ? now_ns() : 0, done = 0, chunk = watch ? 1 : j->chunk;
     for (;;) {
         /* compare-and-swap, not fetch-add: the counter never passes total, however large */
         uint64_t first = atomic_load(&j->next_group), last;
         do {
             if (first >= j->total) return;
-            last = j->total - first < j->chunk ? j->total : first + j->chunk;
+            last = j->total - first < chunk ? j->total : first + chunk;
         } while (!atomic_compare_exchange_weak(&j->next_group, &first, last));
         if (L->abi == PYO_ABI_GROUPS)
             run_groups(j, first, last, s);
@@ -236,6 +264,16 @@ static void run_job(pyo_job *j, uint64_t thread) {
         if (atomic_load_explicit(&j->trapped, memory_order_relaxed)) {
             atomic_store(&j->next_group, j->total); /* a trap ends the launch: start no more ranges */
             return;
+        }
+        if (watch) {
+            chunk = j->chunk;
+            done += last - first;
+            uint64_t left = j->total - atomic_load(&j->next_group);
+            double took = (double)(now_ns() - started);
+            if (left && took / (double)done * (double)left > PYO_WAKE_NS) {
+                wake(j);
+                watch = 0;
+            }
         }
     }
 }
@@ -274,7 +312,7 @@ static void *serve(void *arg) {
         }
         atomic_fetch_add(&j->workers, 1);
         pthread_mutex_unlock(&pool.mu);
-        run_job(j, thread);
+        run_job(j, thread, 0);
         pthread_mutex_lock(&pool.mu);
         if (atomic_fetch_sub(&j->workers, 1) == 1) pthread_cond_broadcast(&pool.done);
     }
@@ -326,16 +364,18 @@ __attribute__((visibility("default"))) int pyoffload_host_run(const pyo_launch *
     atomic_init(&j.trapped, 0);
     atomic_init(&j.failed, 0);
     atomic_init(&j.workers, 0);
+    j.woken = 0;
     int shared = threads > 1;
     if (shared) {
+        /* posted, so that pool threads that are awake join; sleeping ones are woken by run_job
+         * once the launch looks long enough to be worth it */
         pthread_mutex_lock(&pool.mu);
         grow((int)threads - 1); /* fewer threads than asked (a thread limit): those there are */
         j.next = pool.jobs;
         pool.jobs = &j;
-        if (pool.sleepers) pthread_cond_broadcast(&pool.work);
         pthread_mutex_unlock(&pool.mu);
     }
-    run_job(&j, 0);
+    run_job(&j, 0, shared);
     if (shared) {
         /* every group is claimed: wait for the pool threads still running theirs */
         for (int i = 0; i < PYO_SPIN && atomic_load(&j.workers) != 0; i++) cpu_relax();
