@@ -14,16 +14,27 @@ truncated or garbled is discarded and rebuilt, never handed to the driver.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import settings
+
+if TYPE_CHECKING:
+    import hashlib
 from .backend import HOOK_API
 from .errors import got
+
+
+def _sha256(data: bytes) -> hashlib._Hash:
+    """hashlib's SHA-256, imported on the first build (OpenSSL's start-up costs several ms of
+    every process that only lists devices)."""
+    import hashlib
+
+    return hashlib.sha256(data)
+
 
 FORMAT = 2  # bump when the meaning of a cache entry changes (2: entries carry a digest)
 MAGIC = b"pyoffload-build\x00"  # then the image's SHA-256 (32 bytes), then the image
@@ -68,7 +79,7 @@ def _key(device: Any, source: str, options: tuple[str, ...], compiler: str) -> s
     ]
     import json  # here, not at the top: devices() imports this module, and startup needs no json
 
-    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+    return _sha256(json.dumps(parts).encode()).hexdigest()
 
 
 def build(device: Any, source: Any, options: Sequence[str] = (), cache: bool = True) -> bytes:
@@ -113,7 +124,7 @@ def _checked(entry: bytes) -> bytes | None:
     if len(entry) <= _HEADER or not entry.startswith(MAGIC):
         return None
     image = entry[_HEADER:]
-    if hashlib.sha256(image).digest() != entry[len(MAGIC) : _HEADER]:
+    if _sha256(image).digest() != entry[len(MAGIC) : _HEADER]:
         return None
     return image
 
@@ -134,7 +145,7 @@ def _store(path: Path, image: bytes) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         with os.fdopen(fd, "wb") as f:
-            f.write(MAGIC + hashlib.sha256(image).digest() + image)
+            f.write(MAGIC + _sha256(image).digest() + image)
         os.replace(tmp, path)
     except OSError:
         pass  # a read-only or full cache directory costs a rebuild next time, nothing else

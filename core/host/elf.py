@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import io
 import itertools
 import platform
@@ -93,6 +92,8 @@ def inspect_image(image: bytes) -> ImageInfo:
             "build one with `cc -shared -fPIC`"
         )
     try:
+        import hashlib  # OpenSSL's start-up: on the first load, not at discovery
+
         return _inspect(hashlib.blake2b(image, digest_size=16).digest(), image)
     except InvalidBinaryError:
         raise

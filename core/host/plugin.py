@@ -30,7 +30,7 @@ import os
 import platform as _platform
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -50,9 +50,11 @@ from ..backend import (
     hookimpl,
     struct_kind,
 )
-from .elf import ImageInfo, frame_sizes, inspect_image
 from . import runtime as _runtime
 from .worker import HostEvent, HostQueue
+
+if TYPE_CHECKING:  # the ELF reader is imported on the first load, not at discovery
+    from .elf import ImageInfo
 
 __all__ = ["HOOK_API"]
 
@@ -87,7 +89,9 @@ _PAGE = os.sysconf("SC_PAGESIZE") if hasattr(os, "sysconf") else 4096
 
 
 class HostDevice:
-    name = f"{_platform.processor() or _platform.machine()} (host)"
+    # The machine's architecture, as uname reports it (platform.processor() would run `uname -p`
+    # in a child process on Linux, at every start).
+    name = f"{_platform.machine()} (host)"
 
 
 class HostProgram:
@@ -273,6 +277,8 @@ def data_lock_impl(device: Any, ptr: int, size: int) -> int:
 
 @hookimpl
 def load_binary_impl(context: Any, device: Any, image: bytes) -> HostProgram:
+    from .elf import inspect_image
+
     info = inspect_image(image)
     # The memfd stays open while the program is loaded: the dynamic loader recognises an
     # already-loaded object by its path, and an open descriptor keeps /proc/self/fd/N unique.
@@ -346,6 +352,8 @@ def kernel_attributes_impl(device: Any, kernel: HostKernel) -> dict[str, Any]:
         # read back from the image's memfd (kept open while the program is loaded): attributes
         # are rare, so the call frame information is decoded only when asked for
         size = os.fstat(program.fd).st_size
+        from .elf import frame_sizes
+
         program.frames = frame_sizes(os.pread(program.fd, size, 0))
     return {
         "max_work_group_size": MAX_WORK_GROUP_SIZE,

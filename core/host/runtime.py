@@ -13,14 +13,11 @@ refused with ``UNSUPPORTED`` naming the reason.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
 import platform
 import struct
 import sys
-import tempfile
 import threading
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -166,6 +163,8 @@ run: Any = None
 
 
 def _source() -> tuple[str, bytes]:
+    from importlib import resources
+
     files = resources.files(__package__)
     source = files.joinpath("pyoffload_host_runtime.c").read_text()
     header = files.joinpath("pyoffload_host.h").read_bytes()
@@ -173,6 +172,11 @@ def _source() -> tuple[str, bytes]:
 
 
 def _build() -> Any:
+    # Imported here, on the first data-parallel launch: a process that only lists devices pays
+    # for none of them (OpenSSL's start-up alone is several ms).
+    import hashlib
+    import tempfile
+
     from .compiler import INCLUDE_DIR, compile_c, compiler_id
 
     ident = compiler_id()

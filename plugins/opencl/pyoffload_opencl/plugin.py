@@ -13,7 +13,6 @@ import operator
 import re
 import threading
 from collections.abc import Callable, Sequence
-from importlib import resources
 from typing import Any
 
 import numpy as np
@@ -549,5 +548,7 @@ def event_elapsed_impl(device: OclDevice, start: OclEvent, end: OclEvent) -> flo
 def conformance_images_impl(device: OclDevice) -> dict[str, bytes]:
     # OpenCL C source is this backend's portable image format: the driver builds it for
     # whichever device loads it.
+    from importlib import resources  # the conformance sources only: not at discovery
+
     root = resources.files(__package__) / "conformance_src"
     return {name: (root / f"{name}.cl").read_bytes() for name in ("kernels", "ctor_dtor")}
