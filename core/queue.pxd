@@ -9,3 +9,20 @@ cdef class Event:
     cdef readonly object seq
     cdef readonly object marker
     cdef object __weakref__
+
+
+from pyoffload.queue_core cimport QueueCore
+
+
+# A prepared launch calls its queue's hand-over directly (a C call on the QueueCore type).
+cdef class PreparedLaunch:
+    cdef readonly QueueCore queue
+    cdef readonly object kernel
+    cdef object _program
+    cdef readonly object grid
+    cdef readonly object block
+    cdef readonly object args
+    cdef tuple _allocs
+    cdef object _fast
+    cdef object _binder
+    cdef tuple _checked

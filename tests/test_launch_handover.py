@@ -55,12 +55,21 @@ def test_fields_deleted_from_python_raise_instead_of_crashing(host: Any, prog: A
     """Issue 22, finding 10: ``del queue.submitted`` crashed the C hand-over."""
     q = host.create_queue()
     launch = q.prepare(prog.kernel("noop"), 1, 1)
-    del q.submitted  # a launch stores it again (or raises AttributeError): never a crash
+    # Compiled, the counters are C fields and the del itself refuses; interpreted, a launch
+    # stores the field again and a wait raises AttributeError.  Never a crash.
+    try:
+        del q.submitted
+    except (AttributeError, NotImplementedError, TypeError):
+        pass
     q.launch(prog.kernel("noop"), 1, 1)
     assert not q._lock.locked() and q.submitted == q.seq
-    del q.done
-    with pytest.raises(AttributeError):
-        q.wait()
+    try:
+        del q.done
+    except (AttributeError, NotImplementedError, TypeError):
+        pass
+    else:
+        with pytest.raises(AttributeError):
+            q.wait()
     assert not q._lock.locked()
     q.done = 0
     ev = launch()
@@ -72,9 +81,13 @@ def test_fields_deleted_from_python_raise_instead_of_crashing(host: Any, prog: A
         with pytest.raises(AttributeError):
             ev.elapsed_ms(ev)
     ev.wait()  # either way the event still works
-    del launch._checked
-    with pytest.raises(AttributeError):
-        launch()
+    try:
+        del launch._checked  # compiled, a C field Python cannot reach: the del itself refuses
+    except AttributeError:
+        pass
+    else:
+        with pytest.raises(AttributeError):
+            launch()
     q.wait()
     q.destroy()
 
