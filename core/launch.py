@@ -16,7 +16,10 @@ Rules that hold on every backend: a Python ``int`` is a pointer unless the signa
 parameter is a scalar; a Python ``float`` needs a signature; booleans are refused (ambiguous).
 Dimensions go through ``operator.index``, must be positive and within the device's limits (and
 fewer than 2**64 work-items in all); a block must also keep to the kernel's own attributes (a
-required work-group size, a lower work-item limit) where the backend reports them.
+required work-group size, a lower work-item limit) where the backend reports them.  A launch is
+given as a grid of work-groups (CUDA's and liboffload's form) or as a global size in work-items
+(OpenCL's and Unified Runtime's), which must then be a multiple of the block; ``block=None``
+takes the kernel's suggested block (``suggested_block``).
 """
 
 from __future__ import annotations
@@ -310,6 +313,68 @@ def dimensions(device: Any, grid: Any, block: Any) -> tuple[tuple[int, int, int]
     if total >= 1 << 64:
         raise InvalidArgumentError(f"grid {g} x block {b}: the total of {total} work-items overflows 64 bits")
     return g, b
+
+
+def _largest_divisor(n: int, cap: int, multiple: int) -> int:
+    """The largest divisor of ``n`` not above ``cap`` that is a multiple of ``multiple``, or the
+    largest divisor not above ``cap`` where no multiple divides ``n`` (1 always does)."""
+    first = 0
+    for d in range(min(n, cap), 0, -1):
+        if n % d == 0:
+            if d % multiple == 0:
+                return d
+            if not first:
+                first = d
+    return first
+
+
+def suggested_block(kernel: Kernel, global_size: Any = None) -> tuple[int, int, int]:
+    """``Kernel.suggest_block``: the rule is documented there."""
+    rule = kernel.block_rule
+    if rule is not None and rule[1] is not None:
+        return rule[1]
+    attrs = kernel.attributes
+    lim = kernel.program.device.limits
+    limit = max(1, min(int(attrs["max_work_group_size"] or 1), lim.block_threads))
+    multiple = max(1, int(attrs["preferred_work_group_multiple"] or 1))
+    if global_size is None:
+        n = min(limit, lim.block[0])
+        return (n // multiple * multiple or n, 1, 1)
+    g = _triple(global_size, "global_size")
+    out = []
+    for axis in range(3):
+        d = _largest_divisor(g[axis], min(limit, lim.block[axis]), multiple if axis == 0 else 1)
+        out.append(d)
+        limit //= d
+    return out[0], out[1], out[2]
+
+
+def geometry(
+    device: Any, kernel: Kernel, grid: Any, block: Any, global_size: Any
+) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """``(grid, block)`` of a launch given as a grid of work-groups or as a global size, with
+    ``block=None`` for the kernel's suggested block, checked as ``dimensions`` checks them.
+
+    A global size must be a multiple of the block in every dimension (``INVALID_ARGUMENT``
+    naming both): no backend runs partial work-groups (see the guide's launch section)."""
+    if global_size is None:
+        if grid is None:
+            raise TypeError("launch: give grid (work-groups per dimension) or global_size (work-items per dimension)")
+        return dimensions(device, grid, suggested_block(kernel) if block is None else block)
+    if grid is not None:
+        raise InvalidArgumentError(
+            f"launch: grid {grid!r} and global_size {global_size!r} both given; a launch takes one of them"
+        )
+    total = _triple(global_size, "global_size")
+    b = suggested_block(kernel, total) if block is None else _triple(block, "block")
+    for axis in range(3):
+        if total[axis] % b[axis]:
+            raise InvalidArgumentError(
+                f"launch of {kernel.name!r}: global_size {total} is not a multiple of block {b} in dimension {axis} "
+                f"({total[axis]} / {b[axis]} = {total[axis] / b[axis]:g} work-groups); partial work-groups are "
+                "not supported: pass a block that divides it, or block=None"
+            )
+    return dimensions(device, tuple(t // d for t, d in zip(total, b, strict=True)), b)
 
 
 def check_block(kernel: Kernel, b: tuple[int, int, int]) -> None:

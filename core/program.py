@@ -471,6 +471,23 @@ class Kernel:
             self._attributes = attrs
         return dict(self._attributes)
 
+    def suggest_block(self, global_size: Any = None) -> tuple[int, int, int]:
+        """The block a launch with ``block=None`` gets (Unified Runtime's
+        ``urKernelGetSuggestedLocalWorkSize``, CUDA's ``cuOccupancyMaxPotentialBlockSize``).
+
+        The kernel's ``required_work_group_size`` where it has one.  Otherwise, given
+        ``global_size`` (work-items per dimension, an int or 1 to 3 ints), the block that divides
+        it exactly, dimension by dimension: in dimension 0 the largest divisor within the
+        kernel's ``max_work_group_size`` that is a multiple of its
+        ``preferred_work_group_multiple`` (the largest divisor where none is), in dimensions 1
+        and 2 the largest divisor within what the earlier dimensions leave of the limit.
+        Without ``global_size`` (a launch given as a grid of work-groups): ``(n, 1, 1)`` with
+        ``n`` the largest multiple of the preferred multiple within the limit.  Each dimension
+        also keeps to the device's ``max_work_item_sizes``."""
+        from .launch import suggested_block  # launch.py builds on this module
+
+        return suggested_block(self, global_size)
+
     def launch_size(self, n: int, max_block: int = 256) -> tuple[int, int]:
         """A 1-D launch shape ``(grid, block)`` for ``n`` work-items of this kernel on its device:
         ``block`` is a multiple of the preferred work-group multiple (warp, SIMD width), within the

@@ -19,7 +19,7 @@ from .context import GenericContext
 from .device import GenericDevice
 from .enums import AllocKind
 from .errors import InvalidArgumentError, InvalidValueError, OffloadError, got
-from .launch import Binder, binder, check_block, dimensions
+from .launch import Binder, binder, check_block, dimensions, geometry
 from .memory import Allocation, allocate, claim, release, unclaim
 from .program import Kernel
 from .queue_core import Marker, QueueCore, users_of, waiter
@@ -153,8 +153,13 @@ class Queue(QueueCore):
 
     # -- launches -----------------------------------------------------------------------------
 
-    def launch(self, kernel: Kernel, grid: Any, block: Any, args: Sequence[Any] = ()) -> Event:
-        """Enqueue ``kernel`` on ``grid`` work-groups of ``block`` work-items each."""
+    def launch(
+        self, kernel: Kernel, grid: Any = None, block: Any = None, args: Sequence[Any] = (), *, global_size: Any = None
+    ) -> Event:
+        """Enqueue ``kernel`` on ``grid`` work-groups of ``block`` work-items each — or, given
+        ``global_size`` instead of ``grid``, on that many work-items per dimension (OpenCL's and
+        Unified Runtime's form: a multiple of the block).  ``block=None`` takes the kernel's
+        suggested block (``Kernel.suggest_block``)."""
         if type(kernel) is not Kernel:
             raise TypeError(f"launch: expected a pyoffload.Kernel, got {got(kernel)}")
         key = tuple(map(type, args)) if type(args) is tuple or type(args) is list else None
@@ -162,10 +167,13 @@ class Queue(QueueCore):
         if bind is None:
             bind = binder(kernel, args)
         packed, allocs = bind(self, args)
-        try:
-            g, b = self._dims[(grid, block)]
-        except (KeyError, TypeError):
-            g, b = self._checked_dims(grid, block)
+        if block is None or grid is None or global_size is not None:
+            g, b = geometry(self.device, kernel, grid, block, global_size)  # depends on the kernel: not cached
+        else:
+            try:
+                g, b = self._dims[(grid, block)]
+            except (KeyError, TypeError):
+                g, b = self._checked_dims(grid, block)
         prog = kernel.program
         if prog.device is not self.device or prog.context is not self.context:
             raise self._foreign_kernel("launch", kernel)
@@ -194,8 +202,11 @@ class Queue(QueueCore):
             pass  # lists are not hashable: checked every time
         return dims
 
-    def prepare(self, kernel: Kernel, grid: Any, block: Any, args: Sequence[Any] = ()) -> PreparedLaunch:
-        """Check and bind a launch once; calling the result enqueues it again and again."""
+    def prepare(
+        self, kernel: Kernel, grid: Any = None, block: Any = None, args: Sequence[Any] = (), *, global_size: Any = None
+    ) -> PreparedLaunch:
+        """Check and bind a launch once (its geometry given as for ``launch``); calling the result
+        enqueues it again and again."""
         if type(kernel) is not Kernel:
             raise TypeError(f"prepare: expected a pyoffload.Kernel, got {got(kernel)}")
         self.check_live()
@@ -204,7 +215,7 @@ class Queue(QueueCore):
             raise self._foreign_kernel("prepare", kernel)
         bind = binder(kernel, args)
         packed, allocs = bind(self, args)
-        g, b = dimensions(self.device, grid, block)
+        g, b = geometry(self.device, kernel, grid, block, global_size)
         check_block(kernel, b)
         fast = self.disp.launch_prepare_impl(self.dh, self.handle, kernel.handle, g, b, packed)
         return PreparedLaunch(self, kernel, g, b, packed, tuple(allocs), fast, bind)

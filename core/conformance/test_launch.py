@@ -268,6 +268,83 @@ def test_a_block_that_breaks_the_kernels_attributes_is_refused(device, queue):
         out.free()
 
 
+def test_block_none_takes_the_kernels_suggested_block(device, kernels, queue):
+    # urKernelGetSuggestedLocalWorkSize / cuOccupancyMaxPotentialBlockSize: the runtime picks.
+    k = kernels.kernel("iota_i32")
+    attrs = k.attributes
+    b = k.suggest_block()
+    assert b[1:] == (1, 1) and 1 <= b[0] <= attrs["max_work_group_size"]
+    multiple = attrs["preferred_work_group_multiple"] or 1
+    assert b[0] % multiple == 0 or b[0] < multiple
+    n = 3 * b[0] + 5
+    out = device.alloc(4 * n)
+    ev = queue.launch(k, -(-n // b[0]), None, [out, np.int32(n), np.int32(2)])
+    ev.wait()
+    assert np.array_equal(read(out, np.int32, n), np.arange(2, 2 + n, dtype=np.int32))
+    out.free()
+
+
+@pytest.mark.parametrize("n", [1000, 997, 4096, 6000])
+def test_launch_given_as_a_global_size(device, kernels, queue, n):
+    # Unified Runtime's and OpenCL's form: work-items per dimension; block=None picks a block
+    # that divides it (a prime count included), an explicit block must divide it.
+    k = kernels.kernel("iota_i32")
+    b = k.suggest_block(n)
+    assert n % b[0] == 0 and b[1:] == (1, 1) and b[0] <= k.attributes["max_work_group_size"]
+    out = device.alloc(4 * n)
+    queue.launch(k, global_size=n, args=[out, np.int32(n), np.int32(1)]).wait()
+    assert np.array_equal(read(out, np.int32, n), np.arange(1, 1 + n, dtype=np.int32))
+    if n % 8 == 0:
+        queue.launch(k, block=8, args=[out, np.int32(n), np.int32(5)], global_size=(n,)).wait()
+        assert np.array_equal(read(out, np.int32, n), np.arange(5, 5 + n, dtype=np.int32))
+    prepared = queue.prepare(k, global_size=n, args=[out, np.int32(n), np.int32(9)])
+    assert prepared.grid[0] * prepared.block[0] == n
+    prepared().wait()
+    assert np.array_equal(read(out, np.int32, n), np.arange(9, 9 + n, dtype=np.int32))
+    out.free()
+
+
+def test_a_global_size_in_two_dimensions(device, kernels, queue):
+    k = kernels.kernel("iota_i32")
+    b = k.suggest_block((64, 6))
+    assert 64 % b[0] == 0 and 6 % b[1] == 0 and b[2] == 1
+    assert b[0] * b[1] <= k.attributes["max_work_group_size"]
+
+
+def test_a_global_size_that_is_not_a_multiple_of_the_block_is_refused(device, kernels, queue):
+    # No backend runs partial work-groups (the guide says why per backend): the launch is refused,
+    # naming the values, and nothing runs.
+    k = kernels.kernel("iota_i32")
+    out = device.alloc(4000)
+    for launch in (queue.launch, queue.prepare):
+        with pytest.raises(OffloadError) as err:
+            launch(k, block=32, args=[out, np.int32(1000), np.int32(0)], global_size=1000)
+        assert err.value.errc is Errc.INVALID_ARGUMENT
+        assert "1000" in str(err.value) and "31.25" in str(err.value)
+    with pytest.raises(OffloadError) as err:
+        queue.launch(k, 2, 32, [out, np.int32(1000), np.int32(0)], global_size=64)
+    assert err.value.errc is Errc.INVALID_ARGUMENT
+    with pytest.raises(TypeError):
+        queue.launch(k, block=32, args=[out, np.int32(1000), np.int32(0)])
+    queue.wait()
+    out.free()
+
+
+def test_the_suggested_block_keeps_a_required_work_group_size(device, queue):
+    with build_or_skip(device, FIXED_BLOCK) as prog:
+        k = prog.kernel("fixed_block")
+        rule = k.block_rule
+        if rule is None:
+            pytest.skip(f"{device.id} reports no work-group attributes for its kernels")
+        most, required = rule
+        for b in (k.suggest_block(), k.suggest_block(64)):
+            assert b == required if required else b[0] * b[1] * b[2] <= most
+        out = device.alloc(4)
+        queue.launch(k, 2, None, [out]).wait()
+        queue.launch(k, global_size=16, args=[out]).wait()
+        out.free()
+
+
 # A struct passed by value between a char and an int (urKernelSetArgValue with a struct), in
 # every backend's source language; the char before it tests the struct's place in the arguments.
 TAKE_PAIR = """

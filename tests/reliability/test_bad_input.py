@@ -675,6 +675,19 @@ ROWS: list[Row] = [
     ),
     Row("launch-block-breaks-required-size", InvalidArgumentError, Errc.INVALID_ARGUMENT, _fixed_block),
     Row(
+        "launch-global-size-not-multiple",
+        InvalidArgumentError,
+        Errc.INVALID_ARGUMENT,
+        lambda e: (lambda: e.q.launch(e.noop, block=64, global_size=1000), "15.625"),
+    ),
+    Row(
+        "launch-grid-and-global-size",
+        InvalidArgumentError,
+        Errc.INVALID_ARGUMENT,
+        lambda e: (lambda: e.q.launch(e.noop, 2, 8, global_size=16), "global_size 16"),
+    ),
+    Row("launch-no-grid", TypeError, None, lambda e: (lambda: e.q.launch(e.noop, block=8), "global_size")),
+    Row(
         "launch-block-negative",
         InvalidValueError,
         Errc.INVALID_VALUE,
