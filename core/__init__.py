@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from .context import memory_connection
     from .interop import from_dlpack, from_native
     from .views import TypedView
+    from .build import BuiltImage, build_image
     from .transfer import advise, memcpy, memfill, prefetch
 
 __version__ = "0.1.0"
@@ -86,6 +87,8 @@ _LAZY = {
     "prefetch": "transfer",
     "memory_connection": "context",
     "TypedView": "views",
+    "BuiltImage": "build",
+    "build_image": "build",
     "from_dlpack": "interop",
     "from_native": "interop",
 }
@@ -111,6 +114,7 @@ __all__ = [
     "AllocKind",
     "Allocation",
     "BackendError",
+    "BuiltImage",
     "CompileError",
     "Context",
     "Device",
@@ -145,6 +149,7 @@ __all__ = [
     "TypedView",
     "UnsupportedError",
     "advise",
+    "build_image",
     "from_dlpack",
     "from_native",
     "devices",

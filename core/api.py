@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import runtime as _runtime
-from .build import build
+from .build import build_program
 from .context import GenericContext
 from .device import GenericDevice, Platform
 from .enums import AllocKind, DeviceType
@@ -163,12 +163,19 @@ class Device(GenericDevice):
         return Program(context or self.default_context, self, image)
 
     def build_program(
-        self, source: str, options: Sequence[str] = (), context: Context | None = None, cache: bool = True
+        self,
+        source: str,
+        options: Sequence[str] = (),
+        context: Context | None = None,
+        cache: bool = True,
+        compiler: str | None = None,
     ) -> Program:
         """Build ``source`` in the backend's source language (OpenCL C, C on the host backend, ...)
-        and load it.  Built images are cached on disk (``PYOFFLOAD_CACHE_DIR``); a compiler error
-        is a ``CompileError`` whose ``build_log`` holds the compiler's messages."""
-        return Program(context or self.default_context, self, build(self, source, options, cache))
+        with ``compiler`` (a name on ``PATH`` or a path; ``None``: the backend's default) and load
+        it; while that program is loaded, the same build in the same context returns it again.
+        Built images are cached on disk (``PYOFFLOAD_CACHE_DIR``); a compiler error is a
+        ``CompileError`` whose ``build_log`` holds the compiler's messages."""
+        return build_program(self, context or self.default_context, source, options, cache, compiler)  # type: ignore[no-any-return]
 
     def lock(self, buffer: Any, read_only: bool = False) -> int:
         """Pin a host buffer for this device; return the device-accessible address of its start."""

@@ -136,3 +136,18 @@ def compile_impl(device: Any, source: str, options: tuple[str, ...]) -> bytes:
 @hookimpl(trylast=True)
 def compiler_id_impl(device: Any) -> str | None:
     return None
+
+
+@hookimpl(trylast=True)
+def build_target_impl(device: Any) -> str | None:
+    return None
+
+
+@hookimpl(trylast=True)
+def target_compiler_id_impl(target: str, compiler: str | None) -> str | None:
+    return None
+
+
+@hookimpl(trylast=True)
+def target_compile_impl(target: str, source: str, options: tuple[str, ...], compiler: str | None) -> bytes | None:
+    return None

@@ -88,6 +88,7 @@ class GenericDevice:
         self.rt = platform.rt
         self._info: dict[str, Any] | None = None
         self.limits_cache: Limits | None = None
+        self._target: str | None | bool = False  # False: not asked yet
         self.pins = PinnedMap()
         # Allocation sites of the default context by id(kind) (``Device.alloc``): a site that is
         # no longer open (its context closed) is looked up again.
@@ -126,6 +127,15 @@ class GenericDevice:
             )
             self._info = info
         return dict(self._info)
+
+    @property
+    def target(self) -> str | None:
+        """What images for this device are built for (``"host:x86_64"``, ``"cuda:sm_80"``): give
+        it to ``pyoffload.build_image`` to build with no device; ``None`` where the backend builds
+        only with the device itself (OpenCL: the driver compiles)."""
+        if self._target is False:
+            self._target = self.disp.build_target_impl(self.handle)
+        return self._target  # type: ignore[return-value]
 
     @property
     def limits(self) -> Limits:

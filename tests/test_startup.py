@@ -63,7 +63,7 @@ def test_import_alone_imports_no_numpy_no_plugin_and_no_layer_behind_devices():
 def test_names_of_the_backend_module_are_there_after_a_bare_import():
     code = textwrap.dedent("""
         import pyoffload
-        assert pyoffload.HOOK_API == (1, 0) and pyoffload.LocalMemory(8).size == 8
+        assert pyoffload.HOOK_API == (1, 1) and pyoffload.LocalMemory(8).size == 8
         assert pyoffload.backend.INFO_KEYS and "HOOK_API" in dir(pyoffload) and "backend" in dir(pyoffload)
         from pyoffload import LocalMemory, HOOK_API
     """)

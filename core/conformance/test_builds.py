@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+import pyoffload
 import pyoffload.build as build
 from pyoffload import Errc, OffloadError
 
@@ -72,3 +73,54 @@ def test_a_damaged_cache_entry_is_discarded_and_rebuilt(device, tmp_path, monkey
     damage(whole[:middle] + bytes([whole[middle] ^ 0xFF]) + whole[middle + 1 :])  # one byte changed
     damage(b"")  # empty
     damage(path.read_bytes() + b"\0")  # extended
+
+
+def test_an_image_built_without_a_device_loads_later(device, tmp_path, monkeypatch):
+    # A framework's compile step: pyoffload.build_image(source, target=...) needs no device (a
+    # process pool of compilers); the image loads later on any device of that target.
+    monkeypatch.setenv("PYOFFLOAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("PYOFFLOAD_BUILD_CACHE", "1")
+    target = device.target
+    if target is None:
+        with pytest.raises(OffloadError) as err:
+            pyoffload.build_image(PROBE, target=f"{device.backend}:any")
+        assert err.value.errc in (Errc.UNSUPPORTED, Errc.NOT_FOUND)
+        pytest.skip(f"{device.id} builds only with its device: {err.value}")
+    assert target.partition(":")[0] and ":" in target
+    built = pyoffload.build_image(PROBE, target=target, options=[])
+    assert isinstance(built.image, bytes) and built.image and built.target == target
+    assert re.fullmatch(r"[0-9a-f]{64}", built.key)
+    again = pyoffload.build_image(PROBE, target=target)
+    assert again.key == built.key and again.image == built.image  # from the cache
+    path = build.entry_path(device, PROBE)
+    assert path is not None and path.name == f"{built.key}.bin"  # build_program's key is the same
+    with device.load_program(built.image) as prog:
+        assert prog.kernel("cache_probe") is not None
+    with pytest.raises(OffloadError) as err:
+        pyoffload.build_image(PROBE, target=target.partition(":")[0] + ":no-such-arch")
+    assert err.value.errc is Errc.INVALID_ARGUMENT
+
+
+def test_building_a_source_twice_in_a_context_loads_it_once(device):
+    source = PROBE + f"/* twice {device.id} */\n"
+    prog = build_or_skip(device, source)
+    try:
+        assert device.build_program(source) is prog  # no second build, no second load
+        assert device.build_program(source, options=["-DOTHER=1"]) is not prog
+    finally:
+        for p in {prog, device.build_program(source, options=["-DOTHER=1"])}:
+            p.unload()
+    fresh = device.build_program(source)  # an unloaded program is never handed out again
+    assert fresh is not prog and fresh.loaded
+    fresh.unload()
+
+
+def test_the_compiler_is_chosen_per_build(device):
+    # compiler= per build, not only through the environment; a missing one is
+    # HOST_TOOL_NOT_FOUND, and a backend whose driver compiles (OpenCL) answers UNSUPPORTED.
+    with pytest.raises(OffloadError) as err:
+        device.build_program(PROBE, compiler="/nonexistent/cc", cache=False)
+    if device.target is None:
+        assert err.value.errc is Errc.UNSUPPORTED
+        return
+    assert err.value.errc is Errc.HOST_TOOL_NOT_FOUND and "/nonexistent/cc" in str(err.value)

@@ -139,3 +139,40 @@ def compiler_id_impl(device: Any) -> str | None:
     or driver never reuses an old binary.  ``None`` (the default) turns the on-disk cache off for
     this device.
     """
+
+
+@hookspec(firstresult=True)
+def build_target_impl(device: Any) -> str | None:
+    """*Optional.* The build target of ``device`` (``Device.target``): a string that starts with
+    a backend's name and a colon (``"host:x86_64"``, ``"cuda:sm_80"``, ``"amdgpu:gfx90a"``) and
+    that that backend's ``target_compile_impl`` builds for with no device, so that an image
+    ``pyoffload.build_image(source, target=...)`` built loads on ``device``.  A remote backend may
+    name another backend's target (the image is then built locally).  The default returns
+    ``None``: the backend builds only through ``compile_impl``, with its device.
+    """
+
+
+@hookspec(firstresult=True)
+def target_compiler_id_impl(target: str, compiler: str | None) -> str | None:
+    """*Optional.* What identifies the toolchain that ``target_compile_impl`` would use for
+    ``target`` with ``compiler`` (resolved path and version, target architecture): part of the
+    build cache's key.  Called with no device and no driver initialised (``init_impl`` may not
+    have run).  ``compiler`` is the caller's choice, a name on ``PATH`` or a path, or ``None``
+    for the backend's default.  Raise ``InvalidArgumentError`` for a target this backend does
+    not know, ``UnsupportedError`` for a compiler it cannot build with, ``OffloadError`` with
+    ``HOST_TOOL_NOT_FOUND`` where the compiler is not installed.  The default returns ``None``:
+    the backend builds nothing without a device.
+    """
+
+
+@hookspec(firstresult=True)
+def target_compile_impl(target: str, source: str, options: tuple[str, ...], compiler: str | None) -> bytes | None:
+    """*Optional.* Build ``source`` for ``target`` with ``compiler`` and return the image, with no
+    device and no driver initialised (a framework's compile step in another process).
+
+    As ``compile_impl`` otherwise: ``options`` after the backend's own defaults,
+    ``CompileError`` with the compiler's messages, errors as ``target_compiler_id_impl``'s.  The
+    generic layer calls ``target_compiler_id_impl`` first and caches the result on disk under
+    the same key for ``pyoffload.build_image`` and ``Device.build_program``.  May block.  The
+    default returns ``None`` (nothing built).
+    """

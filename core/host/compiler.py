@@ -30,14 +30,28 @@ def find_cc() -> str | None:
     return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
 
 
-def compiler_id() -> str | None:
+def resolve(compiler: str | None) -> str:
+    """The path of the C compiler a build uses: ``compiler`` (a name on ``PATH`` or a path), or
+    ``find_cc()``'s; ``HOST_TOOL_NOT_FOUND`` where there is none."""
+    found = (
+        find_cc() if compiler is None else shutil.which(compiler) or (compiler if os.path.isfile(compiler) else None)
+    )
+    if not found:
+        what = (
+            "no C compiler found (set CC or install cc)" if compiler is None else f"C compiler {compiler!r} not found"
+        )
+        raise OffloadError(what, Errc.HOST_TOOL_NOT_FOUND)
+    return found
+
+
+def compiler_id(compiler: str | None = None) -> str | None:
     """The compiler's resolved path and version line, and a digest of the kernel header sources
     include (the build cache's key: a changed header must not reuse old images); ``None`` without
-    a compiler."""
-    compiler = find_cc()
-    if not compiler:
+    a compiler (``compiler=None``: the default one; a named one that is missing raises)."""
+    if compiler is None and not find_cc():
         return None
-    return f"{_identify(shutil.which(compiler) or compiler)} header {_header_digest()}"
+    found = resolve(compiler)
+    return f"{_identify(shutil.which(found) or found)} header {_header_digest()}"
 
 
 @functools.cache

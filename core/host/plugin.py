@@ -40,6 +40,7 @@ from ..backend import (
     AllocKind,
     DeviceDesc,
     DeviceType,
+    InvalidArgumentError,
     InvalidBinaryError,
     OffloadError,
     OutOfResourcesError,
@@ -385,6 +386,36 @@ def compiler_id_impl(device: Any) -> str | None:
 
     ident = compiler_id()
     return None if ident is None else f"{ident} ({_platform.machine()})"
+
+
+# Build targets: images are ELF shared objects for this machine; no cross-compiling.
+_TARGET = f"host:{_platform.machine()}"
+
+
+@hookimpl
+def build_target_impl(device: Any) -> str:
+    return _TARGET
+
+
+def _check_target(target: str) -> None:
+    if target != _TARGET:
+        raise InvalidArgumentError(f"the host backend builds for {_TARGET!r} only (this machine), not {target!r}")
+
+
+@hookimpl
+def target_compiler_id_impl(target: str, compiler: str | None) -> str | None:
+    from .compiler import compiler_id, resolve
+
+    _check_target(target)
+    return f"{compiler_id(resolve(compiler))} ({_platform.machine()})"
+
+
+@hookimpl
+def target_compile_impl(target: str, source: str, options: tuple[str, ...], compiler: str | None) -> bytes:
+    from .compiler import DEFAULT_FLAGS, compile_c, resolve
+
+    _check_target(target)
+    return compile_c(source, DEFAULT_FLAGS + tuple(options), resolve(compiler))
 
 
 # -- launches -----------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from pyoffload import (
     NotFoundError,
     OffloadError,
     OutOfResourcesError,
+    UnsupportedError,
 )
 from pyoffload.host.compiler import packaged_image
 
@@ -158,6 +159,13 @@ def _overflowing_grid(e: Env) -> tuple[Callable[[], Any], str]:
     grid, block = tuple(lim.grid), (lim.block_threads, 1, 1)
     assert grid[0] * grid[1] * grid[2] * block[0] >= 1 << 64, (grid, block)
     return (lambda: e.q.launch(e.noop, grid, block)), "overflows 64 bits"
+
+
+def _driver_compiles(e: Env) -> tuple[Callable[[], Any], str]:
+    # A device without a build target (OpenCL's: the driver compiles) takes no compiler choice.
+    e.dev._target = None
+    e.extra.append(lambda: setattr(e.dev, "_target", False))
+    return (lambda: e.dev.build_program("int x;", compiler="cc", cache=False)), "compiler='cc'"
 
 
 def _fixed_block(e: Env) -> tuple[Callable[[], Any], str]:
@@ -318,6 +326,34 @@ ROWS: list[Row] = [
         Errc.INVALID_SIZE,
         lambda e: (lambda: pyoffload.memcpy(e.a, e.buf), "4096 bytes"),
     ),
+    Row(
+        "build-image-unknown-backend",
+        NotFoundError,
+        Errc.NOT_FOUND,
+        lambda e: (lambda: pyoffload.build_image("int x;", target="nosuchbackend:x"), "nosuchbackend"),
+    ),
+    Row(
+        "build-image-unknown-target",
+        InvalidArgumentError,
+        Errc.INVALID_ARGUMENT,
+        lambda e: (lambda: pyoffload.build_image("int x;", target="host:no-such-machine"), "host:no-such-machine"),
+    ),
+    Row(
+        "build-image-target-int", TypeError, None, lambda e: (lambda: pyoffload.build_image("int x;", target=5), "int")
+    ),
+    Row(
+        "build-missing-compiler",
+        OffloadError,
+        Errc.HOST_TOOL_NOT_FOUND,
+        lambda e: (lambda: e.dev.build_program("int x;", compiler="/nonexistent/cc", cache=False), "/nonexistent/cc"),
+    ),
+    Row(
+        "build-compiler-int",
+        TypeError,
+        None,
+        lambda e: (lambda: e.dev.build_program("int x;", compiler=3, cache=False), "compiler"),
+    ),
+    Row("build-compiler-on-driver-compiled-backend", UnsupportedError, Errc.UNSUPPORTED, _driver_compiles),
     Row(
         "build-not-c",
         CompileError,

@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 
 from pyoffload import settings
-from pyoffload.backend import CompileError
+from pyoffload.backend import CompileError, Errc, InvalidArgumentError, OffloadError, UnsupportedError
 
 CLANG_ENV = "PYOFFLOAD_AMDGPU_CLANG"
 LLD_ENV = "PYOFFLOAD_AMDGPU_LLD"
@@ -89,11 +89,32 @@ def images(arch: str) -> dict[str, bytes] | None:
     return dict(_images(arch))
 
 
-@functools.cache
 def compiler_id() -> str | None:
     """The clang used by :func:`build`: its path and version line (the build cache's key)."""
     tools = toolchain()
-    if tools is None:
-        return None
-    proc = subprocess.run([tools[0], "--version"], capture_output=True, text=True, check=False)
-    return f"{tools[0]} {proc.stdout.splitlines()[0] if proc.stdout else ''}".strip()
+    return None if tools is None else identify(tools[0])
+
+
+@functools.cache
+def identify(clang: str) -> str:
+    """``clang``'s path and version line."""
+    proc = subprocess.run([clang, "--version"], capture_output=True, text=True, check=False)
+    return f"{clang} {proc.stdout.splitlines()[0] if proc.stdout else ''}".strip()
+
+
+def target_tools(target: str, compiler: str | None) -> tuple[str, tuple[str, str]]:
+    """``(processor, (clang, ld.lld))`` of a build for ``target`` (``"amdgpu:gfx90a"``) with
+    ``compiler`` (a clang; ``None``: the one :func:`toolchain` finds)."""
+    arch = target.removeprefix("amdgpu:")
+    if not target.startswith("amdgpu:gfx") or not arch.replace(":", "").replace("-", "").replace("+", "").isalnum():
+        raise InvalidArgumentError(
+            f"unknown AMDGPU build target {target!r}; expected 'amdgpu:gfx<N>', e.g. 'amdgpu:gfx90a'"
+        )
+    clang = _find(CLANG_ENV, "clang") if compiler is None else shutil.which(compiler)
+    lld = _find(LLD_ENV, "ld.lld")
+    if clang is None or lld is None:
+        missing = compiler or "clang" if clang is None else "ld.lld"
+        raise OffloadError(f"{missing} not found (set {CLANG_ENV} / {LLD_ENV})", Errc.HOST_TOOL_NOT_FOUND)
+    if "clang" not in Path(clang).name:
+        raise UnsupportedError(f"the AMDGPU backend builds OpenCL C with clang only, not {compiler!r}")
+    return arch, (clang, lld)

@@ -38,7 +38,7 @@ from pyoffload.backend import (
 from . import codeobject, conformance, driver, kernargs
 from .driver import call
 
-HOOK_API = (1, 0)  # the version of pyoffload's hook contract this backend implements
+HOOK_API = (1, 1)  # the version of pyoffload's hook contract this backend implements
 
 __all__ = ["HOOK_API"]
 
@@ -174,6 +174,26 @@ def compile_impl(device: HipDevice, source: str, options: tuple[str, ...]) -> by
 def compiler_id_impl(device: HipDevice) -> str | None:
     ident = conformance.compiler_id()
     return None if ident is None else f"{ident} -mcpu={device.arch}"
+
+
+# Build targets ("amdgpu:gfx90a"): OpenCL C to a code object with clang and ld.lld, no GPU.
+
+
+@hookimpl
+def build_target_impl(device: HipDevice) -> str:
+    return f"amdgpu:{device.arch}"
+
+
+@hookimpl
+def target_compiler_id_impl(target: str, compiler: str | None) -> str:
+    arch, tools = conformance.target_tools(target, compiler)
+    return f"{conformance.identify(tools[0])} -mcpu={arch}"
+
+
+@hookimpl
+def target_compile_impl(target: str, source: str, options: tuple[str, ...], compiler: str | None) -> bytes:
+    arch, tools = conformance.target_tools(target, compiler)
+    return conformance.build(source, arch, tools, options)
 
 
 @hookimpl

@@ -11,6 +11,8 @@ allocation, managed-memory hints, "is this pointer pinned already" and host func
 from __future__ import annotations
 
 import ctypes
+import os
+import shutil
 import struct
 import threading
 from collections.abc import Callable, Sequence
@@ -23,7 +25,9 @@ from pyoffload.backend import (
     CompileError,
     DeviceDesc,
     DeviceType,
+    Errc,
     InitFini,
+    InvalidArgumentError,
     MemoryConnection,
     NoDevicesError,
     OffloadError,
@@ -40,7 +44,7 @@ from . import nvcc
 from .binding import driver_library, driver_mode, load_driver, translate
 from .images import ImageFormat, demangle, detect_format, image_symbols
 
-HOOK_API = (1, 0)  # the version of pyoffload's hook contract this backend implements (a literal, not an import)
+HOOK_API = (1, 1)  # the version of pyoffload's hook contract this backend implements (a literal, not an import)
 
 __all__ = ["HOOK_API"]
 
@@ -563,6 +567,44 @@ def compiler_id_impl(device: CudaDevice) -> str | None:
     if found is None:
         return None
     return f"{nvcc.version(found)}; sm_{nvcc.pick_arch(found, device.sm)}; driver {device.cuda.get_driver_version()}"
+
+
+# Build targets ("cuda:sm_80"): CUDA C++ to PTX with nvcc needs no GPU and no driver.
+
+
+@hookimpl
+def build_target_impl(device: CudaDevice) -> str:
+    return f"cuda:sm_{device.sm}"
+
+
+def _target_tools(target: str, compiler: str | None) -> tuple[str, int]:
+    """``(nvcc path, SM it builds for)`` of a build for ``target`` with ``compiler``."""
+    arch = target.removeprefix("cuda:sm_")
+    if not arch.isdigit() or not target.startswith("cuda:sm_"):
+        raise InvalidArgumentError(f"unknown CUDA build target {target!r}; expected 'cuda:sm_<NN>', e.g. 'cuda:sm_80'")
+    found = nvcc.find_nvcc() if compiler is None else shutil.which(compiler)
+    if found is None:
+        raise OffloadError(
+            f"{compiler or 'nvcc'} not found (set CUDA_ROOT or put nvcc on PATH)", Errc.HOST_TOOL_NOT_FOUND
+        )
+    if not os.path.basename(found).startswith("nvcc"):
+        raise UnsupportedError(f"the CUDA backend builds CUDA C++ with nvcc only, not {compiler!r}")
+    sm = nvcc.pick_arch(found, int(arch))
+    if sm is None:
+        raise UnsupportedError(f"{found} cannot target sm_{arch} or anything older")
+    return found, sm
+
+
+@hookimpl
+def target_compiler_id_impl(target: str, compiler: str | None) -> str:
+    found, sm = _target_tools(target, compiler)
+    return f"{os.path.realpath(found)} {nvcc.version(found)}; sm_{sm}"
+
+
+@hookimpl
+def target_compile_impl(target: str, source: str, options: tuple[str, ...], compiler: str | None) -> bytes:
+    found, sm = _target_tools(target, compiler)
+    return nvcc.compile_source(source, "ptx", sm, options, found)
 
 
 # -- queues and events --------------------------------------------------------------------

@@ -49,7 +49,7 @@ from . import session as _session
 from .client import Link, RemoteEvent, RemoteQueue, raise_failure
 from .protocol import local_address, tag, untag
 
-HOOK_API = (1, 0)  # the contract this module was written for (a literal: it must not follow upgrades)
+HOOK_API = (1, 1)  # the contract this module was written for (a literal: it must not follow upgrades)
 
 _lock = threading.Lock()  # the id and image bookkeeping below
 _sent_images: set[tuple[int, bytes]] = set()  # (rank, digest) of images a server keeps
@@ -58,7 +58,7 @@ _sent_images: set[tuple[int, bytes]] = set()  # (rank, digest) of images a serve
 class RemoteDevice:
     """A device of a server, as its rank described it."""
 
-    __slots__ = ("rank", "index", "name", "info", "compiler_id", "known", "images", "host_memory")
+    __slots__ = ("rank", "index", "name", "info", "compiler_id", "target", "known", "images", "host_memory")
 
     def __init__(self, rank: int, described: dict[str, Any]) -> None:
         self.rank, self.index, self.name = rank, described["index"], described["name"]
@@ -78,6 +78,9 @@ class RemoteDevice:
         info.update({f"mpi.remote.{k}": v for k, v in described["info"].items() if "." in k})
         self.info = info
         self.compiler_id: str | None = described["compiler_id"]
+        # The remote device's build target ("host:x86_64"): images for it are built on this rank
+        # by the backend of that name, with the compiler the caller chose (pyoffload.build_image).
+        self.target: str | None = described.get("target")
         self.known: dict[str, str] | None = None
         self.images: dict[str, bytes] | None = None
 
@@ -490,6 +493,11 @@ def kernel_packer_impl(
 @hookimpl
 def compile_impl(device: RemoteDevice, source: str, options: tuple[str, ...]) -> bytes:
     return _link().call(device.rank, "compile", device.index, source, tuple(options))  # type: ignore[no-any-return]
+
+
+@hookimpl
+def build_target_impl(device: RemoteDevice) -> str | None:
+    return device.target
 
 
 @hookimpl

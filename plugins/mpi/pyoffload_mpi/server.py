@@ -279,6 +279,7 @@ class Server:
                     "host": socket.gethostname(),
                     "pid": os.getpid(),
                     "compiler_id": self._compiler_id(device),
+                    "target": self._target(device),
                     "cuda_aware": aware,
                 }
             )
@@ -290,6 +291,13 @@ class Server:
             return device.disp.compiler_id_impl(device.handle)  # type: ignore[no-any-return]
         except Exception:
             return None
+
+    @staticmethod
+    def _target(device: Any) -> str | None:
+        try:
+            return device.target  # type: ignore[no-any-return]
+        except Exception:
+            return None  # builds for it then go through the rank's compile_impl
 
     def rpc_deinit(self) -> None:
         import pyoffload
