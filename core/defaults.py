@@ -151,3 +151,8 @@ def target_compiler_id_impl(target: str, compiler: str | None) -> str | None:
 @hookimpl(trylast=True)
 def target_compile_impl(target: str, source: str, options: tuple[str, ...], compiler: str | None) -> bytes | None:
     return None
+
+
+@hookimpl(trylast=True)
+def event_profiling_impl(device: Any, start: Any, end: Any) -> dict[str, int] | None:
+    return None

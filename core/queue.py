@@ -18,7 +18,7 @@ from typing import Any
 from .context import GenericContext
 from .device import GenericDevice
 from .enums import AllocKind
-from .errors import InvalidArgumentError, InvalidValueError, OffloadError, got
+from .errors import InvalidArgumentError, InvalidValueError, OffloadError, UnsupportedError, got
 from .launch import Binder, binder, check_block, dimensions, geometry
 from .memory import Allocation, allocate, claim, release, unclaim
 from .program import Kernel
@@ -29,7 +29,9 @@ from .transfer import memcpy, memfill
 class Queue(QueueCore):
     """An in-order queue on one device.  Operations return :class:`Event` objects."""
 
-    __slots__ = ("_dims",)  # a cache of checked dimensions: see _checked_dims
+    # _dims: a cache of checked dimensions (see _checked_dims); _base: on a profiling queue, an
+    # event recorded at creation and the host's monotonic clock then (Event.profiling_info)
+    __slots__ = ("_dims", "_base")
 
     teardown_rank = 1
 
@@ -40,10 +42,15 @@ class Queue(QueueCore):
         context.check_device(device, "create_queue")
         super().__init__(device, context, profiling, f"pyoffload.Queue on {device.id}", native)
         self._dims: dict[tuple[Any, Any], tuple[tuple[int, int, int], tuple[int, int, int]]] = {}
+        self._base: tuple[Marker, int] | None = None
         try:
+            if self.profiling:
+                self._base = (self.record_marker(), time.monotonic_ns())
             self.rt.track(self.rt.queues, self)
             context.adopt(self)
         except BaseException:
+            if self._base is not None:
+                self.release_marker(self._base[0])
             self.disp.queue_destroy_impl(self.dh, self.handle)
             raise
 
@@ -137,6 +144,9 @@ class Queue(QueueCore):
         self.teardown(False)
 
     def teardown(self, at_exit: bool) -> None:
+        base, self._base = self._base, None
+        if base is not None:
+            self.release_marker(base[0])
         try:
             self.close(at_exit)
         finally:
@@ -355,6 +365,10 @@ class PreparedLaunch:
         return call
 
 
+PROFILING_INFO = ("queued", "submitted", "started", "ended")
+"""What ``Event.profiling_info`` reports, in the order the operation passes them."""
+
+
 def _check_timeout(timeout: Any) -> float:
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
         raise TypeError(f"timeout must be a number of seconds or None, got {got(timeout)}")
@@ -443,6 +457,45 @@ class Event:
         a.disp.event_wait_impl(a.dh, start.marker.handle)
         b.disp.event_wait_impl(b.dh, self.marker.handle)
         return float(b.disp.event_elapsed_impl(b.dh, start.marker.handle, self.marker.handle))
+
+    def profiling_info(self, which: str) -> int:
+        """A timestamp of the operation, in nanoseconds (``urEventGetProfilingInfo``,
+        ``clGetEventProfilingInfo``): ``which`` is ``"queued"`` (enqueued), ``"submitted"``
+        (handed to the device), ``"started"`` or ``"ended"``.  Timestamps of one device share a
+        clock (which one depends on the backend: see the guide).  Needs an event of a queue
+        created with ``profiling=True`` (``INVALID_ARGUMENT`` otherwise); a timestamp the backend's
+        driver cannot give is ``UNSUPPORTED``.  Waits for the operation."""
+        if not isinstance(which, str):
+            raise TypeError(f"profiling_info: which must be a str, got {got(which)}")
+        if which not in PROFILING_INFO:
+            raise InvalidArgumentError(f"profiling_info: {which!r} is none of {', '.join(PROFILING_INFO)}")
+        q = self.queue
+        end = self.marker
+        if not q.profiling or end is None or end.start is None:
+            raise InvalidArgumentError(
+                "profiling_info needs the event of an operation of a queue created with profiling=True"
+            )
+        self.wait()
+        start = end.start
+        disp = q.disp
+        # Done, but the events' own timestamps may still be pending where completion was observed
+        # through another marker: wait on the two events themselves.
+        disp.event_wait_impl(q.dh, start.handle)
+        disp.event_wait_impl(q.dh, end.handle)
+        stamps = disp.event_profiling_impl(q.dh, start.handle, end.handle)
+        if stamps is None:
+            base = q._base
+            if which not in ("started", "ended") or base is None:
+                raise UnsupportedError(
+                    f"profiling_info: the {q.device.backend} backend's driver times no {which!r} (its events give "
+                    "only the times between them: 'started' and 'ended')"
+                )
+            marker = start if which == "started" else end
+            return base[1] + round(float(disp.event_elapsed_impl(q.dh, base[0].handle, marker.handle)) * 1e6)
+        value = stamps.get(which)
+        if value is None:
+            raise UnsupportedError(f"profiling_info: the {q.device.backend} backend's driver gives no {which!r} time")
+        return int(value)
 
     def __repr__(self) -> str:
         state = "complete" if self.seq <= self.queue.done else "pending"

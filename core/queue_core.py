@@ -94,10 +94,14 @@ class Marker:
     """
 
     # all guarded by the owning queue's _lock
-    __slots__ = ("seq", "handle", "pins", "owned", "retired", "ready", "failure")
+    __slots__ = ("seq", "handle", "pins", "owned", "retired", "ready", "failure", "start", "opening")
 
     def __init__(self, seq: int, handle: Any, owned: bool = False) -> None:
         self.seq = seq
+        # On a profiling queue each operation has a marker right before it too (its start, for
+        # Event.profiling_info): ``start`` on the marker after it, ``opening`` on that one.
+        self.start: Marker | None = None
+        self.opening = False
         self.handle = handle
         self.pins = 0
         self.owned = owned
@@ -262,11 +266,12 @@ class QueueCore:
         with self._lock:
             if not self.live:
                 raise self.dead()
+            start = self._open_locked() if self.profiling else None
             seq = self._submit_locked(hook, getattr(self.disp.raw, hook), args, fallback)
             if hold is not None:
                 self._holds.append((seq, hold))
-            if self.profiling:
-                self.mark_locked(owned=True)  # the operation's event takes it (claim_marker)
+            if start is not None:
+                self.mark_locked(owned=True).start = start  # the operation's event takes it (claim_marker)
             elif hold is not None and mark:
                 self.mark_locked()
             poll = len(self._holds) + len(self._deferred) > _POLL_AFTER
@@ -293,10 +298,18 @@ class QueueCore:
             for a in allocs:
                 if not a.live:
                     raise InvalidArgumentError(f"launch of a kernel of {prog!r}: {a!r} was freed")
+            start = self._open_locked() if self.profiling else None
             self._submit_locked("launch_impl", fn, args, None)
-            if self.profiling:
-                self.mark_locked(owned=True)  # the launch's event takes it (claim_marker)
+            if start is not None:
+                self.mark_locked(owned=True).start = start  # the launch's event takes it (claim_marker)
         return seq
+
+    def _open_locked(self) -> Marker:
+        """On a profiling queue, the marker right before an operation: it completes when the
+        operation may start, which an in-order queue's next operation does at once (lock held)."""
+        marker = self.mark_locked(owned=True)
+        marker.opening = True
+        return marker
 
     def last_launch_of(self, prog: Any, forget: bool = False) -> int:
         """The sequence number of this queue's last launch of a kernel of ``prog`` (0: none);
@@ -380,12 +393,14 @@ class QueueCore:
             return self.mark_locked(owned=True)
 
     def release_marker(self, marker: Marker) -> None:
-        """The owner of ``marker`` no longer needs it."""
+        """The owner of ``marker`` no longer needs it (nor the marker before its operation)."""
         with self._lock:
             marker.owned = False
             release = marker.retired and marker.pins == 0 and marker.ready
         if release:
             self._release(marker)
+        if marker.start is not None:
+            self.release_marker(marker.start)
 
     def _release(self, marker: Marker) -> None:
         try:
@@ -400,6 +415,7 @@ class QueueCore:
                 raise self.dead()
             seq = self.seq + 1
             run = self._host_runner(fn, seq)
+            start = self._open_locked() if self.profiling else None
             fence = self._fence_locked()
             if self.backlog is None and self._native_host_functions and not self._syncs:
                 self.disp.enqueue_host_function_impl(self.dh, self.handle, run)
@@ -407,8 +423,8 @@ class QueueCore:
                 self.submitted = self.seq = seq
             else:
                 self._to_backlog_locked(("host", seq, run, fence))
-            if self.profiling:
-                self.mark_locked(owned=True)
+            if start is not None:
+                self.mark_locked(owned=True).start = start
             return seq
 
     def _to_backlog_locked(self, entry: _Entry) -> None:
@@ -438,7 +454,7 @@ class QueueCore:
         """The marker recorded right after operation ``seq`` on a profiling queue, for its event."""
         with self._lock:
             for m in reversed(self._markers):
-                if m.seq == seq:
+                if m.seq == seq and not m.opening:  # the next operation's start has the same seq
                     return m
                 if m.seq < seq:
                     break

@@ -208,3 +208,45 @@ def test_a_timeout_that_is_not_a_number_is_a_type_error(queue, timeout):
     finally:
         gate.set()
         queue.wait()
+
+
+def test_profiling_info_times_each_operation(device, kernels):
+    # urEventGetProfilingInfo / clGetEventProfilingInfo: the operation's own timestamps, in
+    # order; "started" and "ended" on every backend, the others where the driver gives them.
+    out = device.alloc(4 * 256)
+    with device.create_queue(profiling=True) as q:
+        first = q.launch(kernels.kernel("iota_i32"), 8, 32, [out, np.int32(256), np.int32(0)])
+        second = q.memcpy(np.zeros(256, np.int32), out)
+        stamps = []
+        for ev in (first, second):
+            got = {}
+            for which in ("queued", "submitted", "started", "ended"):
+                try:
+                    got[which] = ev.profiling_info(which)
+                except OffloadError as exc:
+                    assert exc.errc is Errc.UNSUPPORTED and which in ("queued", "submitted"), (which, exc)
+            assert "started" in got and "ended" in got
+            values = list(got.values())
+            assert values == sorted(values), got
+            assert all(isinstance(v, int) for v in values)
+            stamps.append(got)
+        assert stamps[0]["ended"] <= stamps[1]["started"]  # an in-order queue
+        with pytest.raises(OffloadError) as err:
+            first.profiling_info("finished")
+        assert err.value.errc is Errc.INVALID_ARGUMENT
+        with pytest.raises(OffloadError) as err:
+            q.record().profiling_info("ended")  # a point, not an operation
+        assert err.value.errc is Errc.INVALID_ARGUMENT
+    out.free()
+
+
+def test_profiling_info_needs_a_profiling_queue(device, kernels, queue):
+    out = device.alloc(4 * 32)
+    ev = queue.launch(kernels.kernel("iota_i32"), 1, 32, [out, np.int32(32), np.int32(0)])
+    with pytest.raises(OffloadError) as err:
+        ev.profiling_info("ended")
+    assert err.value.errc is Errc.INVALID_ARGUMENT
+    with pytest.raises(TypeError):
+        ev.profiling_info(3)
+    queue.wait()
+    out.free()

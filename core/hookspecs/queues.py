@@ -133,3 +133,18 @@ def event_release_impl(device: Any, event: Any) -> None:
 def event_elapsed_impl(device: Any, start: Any, end: Any) -> float:
     """*Optional.* Milliseconds between two completed events of one profiling queue or of two
     profiling queues of ``device``.  The default raises ``UnsupportedError``."""
+
+
+@hookspec(firstresult=True)
+def event_profiling_impl(device: Any, start: Any, end: Any) -> dict[str, int] | None:
+    """*Optional.* The timestamps, in nanoseconds on one clock of ``device``, of the operation
+    of a profiling queue that the generic layer recorded event ``start`` right before and event
+    ``end`` right after (``Event.profiling_info``; both have completed): a dict with any of
+    ``"queued"`` (the operation was enqueued), ``"submitted"`` (handed to the device),
+    ``"started"`` and ``"ended"`` (it ran), as ``clGetEventProfilingInfo`` and
+    ``urEventGetProfilingInfo`` report them.  Leave out what the driver cannot tell: the user
+    gets ``UNSUPPORTED`` for it.  The default returns ``None``: the generic layer then reports
+    ``"started"`` and ``"ended"`` as the times of ``start`` and ``end``, from
+    ``event_elapsed_impl`` against an event recorded when the queue was created (on the host's
+    monotonic clock, aligned there), and nothing else.
+    """

@@ -584,6 +584,14 @@ def event_elapsed_impl(device: Any, start: HostEvent, end: HostEvent) -> float:
     return (end.stamp - start.stamp) * 1e3
 
 
+@hookimpl
+def event_profiling_impl(device: Any, start: HostEvent, end: HostEvent) -> dict[str, int]:
+    # The marker before an operation is recorded as the operation is handed to the worker, which
+    # takes it at once (queued = submitted), and stamped when the worker reaches the operation.
+    queued = int(start.created * 1e9)
+    return {"queued": queued, "submitted": queued, "started": int(start.stamp * 1e9), "ended": int(end.stamp * 1e9)}
+
+
 # -- conformance --------------------------------------------------------------------------
 
 

@@ -25,20 +25,22 @@ from typing import Any
 
 class HostEvent:
     """A marker: reached when the worker reaches it, with the time it did and the failure of the
-    work before it that no wait had raised yet.
+    work before it that no wait had raised yet; ``created`` is when it was recorded
+    (``perf_counter``, as ``stamp``: Event.profiling_info's times).
 
     It is a lock, held from its creation until the worker releases it: waiting is acquiring it
     and releasing it again for the next waiter, each one C call that blocks without the GIL.  A
     ``threading.Event`` costs a Condition, a waiter lock per wait and Python code on both sides,
     a few microseconds of every synchronous launch's round trip."""
 
-    __slots__ = ("_lock", "error", "stamp", "queue")
+    __slots__ = ("_lock", "error", "stamp", "created", "queue")
 
     def __init__(self, queue: HostQueue) -> None:
         self._lock = allocate_lock()
         self._lock.acquire()
         self.error: BaseException | None = None
         self.stamp = 0.0
+        self.created = time.perf_counter()
         self.queue = queue
 
     def reach(self) -> None:

@@ -161,6 +161,16 @@ def _overflowing_grid(e: Env) -> tuple[Callable[[], Any], str]:
     return (lambda: e.q.launch(e.noop, grid, block)), "overflows 64 bits"
 
 
+def _untimed(e: Env) -> tuple[Callable[[], Any], str]:
+    # The twin backend leaves event_profiling_impl to the generic default, which, as on CUDA,
+    # times only "started" and "ended" (the driver's events give only the times between them).
+    q = e.t0.create_queue(profiling=True)
+    ev = q.launch(e.tprog.kernel("noop"), 1, 1)
+    ev.wait()
+    e.extra.append(q.destroy)
+    return (lambda: ev.profiling_info("queued")), "'queued'"
+
+
 def _driver_compiles(e: Env) -> tuple[Callable[[], Any], str]:
     # A device without a build target (OpenCL's: the driver compiles) takes no compiler choice.
     e.dev._target = None
@@ -353,6 +363,20 @@ ROWS: list[Row] = [
         None,
         lambda e: (lambda: e.dev.build_program("int x;", compiler=3, cache=False), "compiler"),
     ),
+    Row(
+        "event-profiling-info-not-profiling",
+        InvalidArgumentError,
+        Errc.INVALID_ARGUMENT,
+        lambda e: (lambda: e.event.profiling_info("ended"), "profiling=True"),
+    ),
+    Row(
+        "event-profiling-info-unknown-name",
+        InvalidArgumentError,
+        Errc.INVALID_ARGUMENT,
+        lambda e: (lambda: e.event.profiling_info("finished"), "'finished'"),
+    ),
+    Row("event-profiling-info-int", TypeError, None, lambda e: (lambda: e.event.profiling_info(0), "int")),
+    Row("event-profiling-info-not-timed", UnsupportedError, Errc.UNSUPPORTED, _untimed, needs_twin=True),
     Row("build-compiler-on-driver-compiled-backend", UnsupportedError, Errc.UNSUPPORTED, _driver_compiles),
     Row(
         "build-not-c",

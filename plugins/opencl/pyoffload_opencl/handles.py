@@ -59,11 +59,12 @@ class OclQueue:
 
 class OclEvent:
     """A marker recorded by ``event_record_impl``, and its queue (whose context a wait list
-    needs).  Made with ``object.__new__`` and two attribute stores, without an ``__init__``."""
+    needs).  Made with ``object.__new__`` and three attribute stores, without an ``__init__``."""
 
-    __slots__ = ("cl_event", "queue")
+    __slots__ = ("cl_event", "queue", "command")
     cl_event: Any
     queue: OclQueue
+    command: Any  # on a profiling queue: the command enqueued just before it (its own timestamps)
 
 
 @dataclass(eq=False)

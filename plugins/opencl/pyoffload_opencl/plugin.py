@@ -35,7 +35,7 @@ from . import images, launch, state, svm
 from .errors import check_status, driver_call, translate
 from .handles import SVM_FINE_GRAIN_SYSTEM, OclContext, OclDevice, OclEvent, OclKernel, OclProgram, OclQueue
 
-HOOK_API = (1, 0)  # the version of pyoffload's hook contract this backend implements
+HOOK_API = (1, 1)  # the version of pyoffload's hook contract this backend implements
 
 __all__ = ["HOOK_API"]
 
@@ -498,12 +498,13 @@ def queue_wait_events_impl(device: OclDevice, queue: OclQueue, events: Sequence[
 def event_record_impl(device: OclDevice, queue: OclQueue) -> OclEvent:
     import pyopencl as cl
 
+    command = queue.last
     try:
         queue.last = marker = cl._cl._enqueue_marker_with_wait_list(queue.cl_queue, None)
     except cl.Error as exc:
         raise translate(exc, "recording an event") from exc
     event = _new(OclEvent)  # no __init__ frame: events are recorded on hot paths
-    event.cl_event, event.queue = marker, queue
+    event.cl_event, event.queue, event.command = marker, queue, command
     return event
 
 
@@ -539,6 +540,28 @@ def event_elapsed_impl(device: OclDevice, start: OclEvent, end: OclEvent) -> flo
         return (int(end.cl_event.profile.end) - int(start.cl_event.profile.end)) / 1e6
     except cl.Error as exc:
         raise UnsupportedError(f"no profiling information for these events: {exc}") from exc
+
+
+@hookimpl
+def event_profiling_impl(device: OclDevice, start: OclEvent, end: OclEvent) -> dict[str, int] | None:
+    import pyopencl as cl
+
+    # The command between the two markers is the operation; where the operation enqueued no
+    # command of its own (the newest one before the end marker is the start marker), the
+    # generic rule times the markers instead.
+    command = end.command
+    if command is None or command is start.cl_event:
+        return None
+    try:
+        profile = command.profile
+        return {
+            "queued": int(profile.queued),
+            "submitted": int(profile.submit),
+            "started": int(profile.start),
+            "ended": int(profile.end),
+        }
+    except cl.Error as exc:
+        raise UnsupportedError(f"no profiling information for this command: {exc}") from exc
 
 
 # -- conformance --------------------------------------------------------------------------
