@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from .runtime import on_shutdown, shutdown
     from .context import memory_connection
     from .interop import from_dlpack, from_native
-    from .views import TypedView
+    from .views import TypedView, host_view
     from .build import BuiltImage, build_image
     from .transfer import advise, memcpy, memfill, prefetch
 
@@ -87,6 +87,7 @@ _LAZY = {
     "prefetch": "transfer",
     "memory_connection": "context",
     "TypedView": "views",
+    "host_view": "views",
     "BuiltImage": "build",
     "build_image": "build",
     "from_dlpack": "interop",
@@ -155,6 +156,7 @@ __all__ = [
     "devices",
     "free",
     "host_device",
+    "host_view",
     "is_pinned",
     "mem_info",
     "memcpy",

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 
 import pyoffload
 from pyoffload import AllocKind, Errc, OffloadError
 
-from ._util import read
+from ._util import alloc_or_skip, read
 
 KINDS = list(AllocKind)
 
@@ -153,4 +155,37 @@ def test_memcpy_queue_ordered(device, queue):
     ev = queue.memcpy(out, a)
     ev.wait()
     assert np.array_equal(out, data)
+    a.free()
+
+
+@pytest.mark.parametrize("kind", list(pyoffload.AllocKind), ids=lambda k: k.name)
+def test_a_host_view_of_a_range_inside_an_allocation(device, kind):
+    # Pointer + size -> a zero-copy array of host-accessible memory, counted as an export.
+    a = alloc_or_skip(device, 256, kind)
+    pyoffload.memcpy(a, np.arange(64, dtype=np.int32))
+    if not a.host_accessible:
+        with pytest.raises(pyoffload.OffloadError) as err:
+            pyoffload.host_view(a.ptr + 16, 32)
+        assert err.value.errc is pyoffload.Errc.UNSUPPORTED and "host_view" in str(err.value)
+        assert a.exports == 0
+        a.free()
+        return
+    view = pyoffload.host_view(a.ptr + 16, 32, np.int32)
+    assert view.tolist() == list(range(4, 12))
+    assert bytes(memoryview(view)) == np.arange(4, 12, dtype=np.int32).tobytes()
+    view[0] = -1  # the allocation's own bytes
+    assert read(a, np.int32, 5)[4] == -1
+    assert a.exports == 1
+    with pytest.raises(pyoffload.OffloadError) as err:
+        a.free()  # exported
+    assert err.value.errc is pyoffload.Errc.INVALID_ARGUMENT
+    whole = pyoffload.host_view(a, 256)  # an Allocation for its start; bytes by default
+    assert whole.dtype == np.uint8 and whole.size == 256
+    for bad in ((a.ptr + 250, 8), (a.ptr, 257), (a.ptr, 6, np.int32)):
+        with pytest.raises(pyoffload.OffloadError) as err:
+            pyoffload.host_view(*bad)
+        assert err.value.errc is pyoffload.Errc.INVALID_SIZE, bad
+    del view, whole
+    gc.collect()
+    assert a.exports == 0
     a.free()

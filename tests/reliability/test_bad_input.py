@@ -364,6 +364,32 @@ ROWS: list[Row] = [
         lambda e: (lambda: e.dev.build_program("int x;", compiler=3, cache=False), "compiler"),
     ),
     Row(
+        "host-view-past-end",
+        InvalidSizeError,
+        Errc.INVALID_SIZE,
+        lambda e: (lambda: pyoffload.host_view(e.a.ptr + 200, 64), "overruns"),
+    ),
+    Row(
+        "host-view-partial-item",
+        InvalidSizeError,
+        Errc.INVALID_SIZE,
+        lambda e: (lambda: pyoffload.host_view(e.a.ptr, 6, np.int32), "int32"),
+    ),
+    Row(
+        "host-view-unknown-pointer",
+        NotFoundError,
+        Errc.NOT_FOUND,
+        lambda e: (lambda: pyoffload.host_view(e.freed_ptr, 8), hx(e.freed_ptr)),
+    ),
+    Row("host-view-size-float", TypeError, None, lambda e: (lambda: pyoffload.host_view(e.a.ptr, 8.0), "float")),
+    Row(
+        "host-view-device-memory",
+        UnsupportedError,
+        Errc.UNSUPPORTED,
+        lambda e: (lambda: pyoffload.host_view(e.ta.ptr, 8), "host_view"),
+        needs_twin=True,
+    ),
+    Row(
         "event-profiling-info-not-profiling",
         InvalidArgumentError,
         Errc.INVALID_ARGUMENT,
