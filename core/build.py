@@ -146,15 +146,26 @@ def _cached(path: Path | None, compile_: Any) -> bytes:
 def _backend_named(name: str) -> Any:
     """The dispatcher of the installed backend ``name`` (as ``PYOFFLOAD_PLUGINS`` allows it),
     loaded without initialising it or any driver; ``None`` where there is none."""
+    from . import runtime as _runtime
+
+    rt = _runtime.active()
+    if rt is not None and rt.alive:
+        for backend in rt.backends:  # started already: its dispatcher has the wrappers (tracing)
+            if backend.name == name:
+                return backend.dispatch
     with _lock:
         if name not in _offline:
-            from .hooks.discovery import load_backends
+            from .hooks.discovery import HOST_BACKEND, entry_points, load_backends
             from .settings import Settings
 
-            backends, _ = load_backends(Settings.from_environment().plugins, lambda _name: [])
-            for b in backends:
-                _offline.setdefault(b.name, b.dispatch)
-            _offline.setdefault(name, None)
+            allow = Settings.from_environment().plugins
+            if allow is not None and name not in allow and name != HOST_BACKEND:
+                _offline[name] = None
+            else:
+                # Only that plugin's module is imported: another's import may start its runtime.
+                found = [entry for entry in entry_points() if entry[0] == name]
+                backends, _ = load_backends(None, lambda _name: [], found)
+                _offline[name] = backends[0].dispatch if backends else None
         return _offline[name]
 
 

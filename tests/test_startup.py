@@ -60,6 +60,23 @@ def test_import_alone_imports_no_numpy_no_plugin_and_no_layer_behind_devices():
     assert not mods & heavy, sorted(mods & heavy)
 
 
+def test_a_build_without_a_device_starts_no_runtime_and_imports_one_plugin():
+    # pyoffload.build_image runs in a compile worker: no runtime, no driver, no other plugin.
+    code = textwrap.dedent(
+        """
+        import platform
+        import pyoffload
+        from pyoffload import runtime
+        built = pyoffload.build_image("int answer(void) { return 42; }", target=f"host:{platform.machine()}")
+        assert built.image and runtime.active() is None
+        """
+    )
+    imported = _imported_after(code, PYOFFLOAD_CACHE_DIR="/nonexistent-dir/x", PYOFFLOAD_BUILD_CACHE="0")
+    others = {m for m in _plugin_modules() if m != "pyoffload.host.plugin"}
+    assert not imported & others, imported & others
+    assert not {"pyopencl", "pycuda", "mpi4py"} & imported
+
+
 def test_names_of_the_backend_module_are_there_after_a_bare_import():
     code = textwrap.dedent("""
         import pyoffload
