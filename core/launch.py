@@ -329,7 +329,18 @@ def _largest_divisor(n: int, cap: int, multiple: int) -> int:
 
 
 def suggested_block(kernel: Kernel, global_size: Any = None) -> tuple[int, int, int]:
-    """``Kernel.suggest_block``: the rule is documented there."""
+    """``Kernel.suggest_block``: the rule is documented there.  Answers are kept per kernel and
+    global size (a divisor search costs up to a few thousand steps)."""
+    g = None if global_size is None else _triple(global_size, "global_size")
+    block = kernel.suggested.get(g)
+    if block is None:
+        block = _suggest(kernel, g)
+        if len(kernel.suggested) < 256:
+            kernel.suggested[g] = block
+    return block
+
+
+def _suggest(kernel: Kernel, g: tuple[int, int, int] | None) -> tuple[int, int, int]:
     rule = kernel.block_rule
     if rule is not None and rule[1] is not None:
         return rule[1]
@@ -337,10 +348,9 @@ def suggested_block(kernel: Kernel, global_size: Any = None) -> tuple[int, int, 
     lim = kernel.program.device.limits
     limit = max(1, min(int(attrs["max_work_group_size"] or 1), lim.block_threads))
     multiple = max(1, int(attrs["preferred_work_group_multiple"] or 1))
-    if global_size is None:
+    if g is None:
         n = min(limit, lim.block[0])
         return (n // multiple * multiple or n, 1, 1)
-    g = _triple(global_size, "global_size")
     out = []
     for axis in range(3):
         d = _largest_divisor(g[axis], min(limit, lim.block[axis]), multiple if axis == 0 else 1)

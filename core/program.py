@@ -388,7 +388,17 @@ class Program:
 class Kernel:
     """A kernel of a loaded program; launch it with ``Queue.launch`` or ``Queue.prepare``."""
 
-    __slots__ = ("program", "name", "handle", "_signature", "_attributes", "_packers", "binders", "_block_rule")
+    __slots__ = (
+        "program",
+        "name",
+        "handle",
+        "_signature",
+        "_attributes",
+        "_packers",
+        "binders",
+        "_block_rule",
+        "suggested",
+    )
 
     def __init__(self, program: Program, name: str, handle: Any) -> None:
         self.program = program
@@ -399,6 +409,8 @@ class Kernel:
         self._packers: dict[tuple[str, ...], Any] = {}
         self.binders: dict[tuple[type, ...], Any] = {}  # argument binders by argument types (launch.py)
         self._block_rule: Any = False  # False: not asked yet (see block_rule)
+        # suggest_block's answers by global size (None: for a grid), at most 256 (launch.py)
+        self.suggested: dict[Any, tuple[int, int, int]] = {}
 
     @property
     def device(self) -> GenericDevice:
