@@ -267,7 +267,11 @@ class QueueCore:
             if not self.live:
                 raise self.dead()
             start = self._open_locked() if self.profiling else None
-            seq = self._submit_locked(hook, getattr(self.disp.raw, hook), args, fallback)
+            try:
+                seq = self._submit_locked(hook, getattr(self.disp.raw, hook), args, fallback)
+            except BaseException:
+                self._unopen_locked(start)
+                raise
             if hold is not None:
                 self._holds.append((seq, hold))
             if start is not None:
@@ -299,7 +303,11 @@ class QueueCore:
                 if not a.live:
                     raise InvalidArgumentError(f"launch of a kernel of {prog!r}: {a!r} was freed")
             start = self._open_locked() if self.profiling else None
-            self._submit_locked("launch_impl", fn, args, None)
+            try:
+                self._submit_locked("launch_impl", fn, args, None)
+            except BaseException:
+                self._unopen_locked(start)
+                raise
             if start is not None:
                 self.mark_locked(owned=True).start = start  # the launch's event takes it (claim_marker)
         return seq
@@ -310,6 +318,12 @@ class QueueCore:
         marker = self.mark_locked(owned=True)
         marker.opening = True
         return marker
+
+    def _unopen_locked(self, start: Marker | None) -> None:
+        """The operation ``start`` was recorded for was refused: nothing owns ``start``, and the
+        ledger releases it like any marker once the queue passes it (lock held)."""
+        if start is not None:
+            start.owned = False
 
     def last_launch_of(self, prog: Any, forget: bool = False) -> int:
         """The sequence number of this queue's last launch of a kernel of ``prog`` (0: none);
@@ -417,12 +431,16 @@ class QueueCore:
             run = self._host_runner(fn, seq)
             start = self._open_locked() if self.profiling else None
             fence = self._fence_locked()
-            if self.backlog is None and self._native_host_functions and not self._syncs:
-                self.disp.enqueue_host_function_impl(self.dh, self.handle, run)
-                self._dependent = True
-                self.submitted = self.seq = seq
-            else:
-                self._to_backlog_locked(("host", seq, run, fence))
+            try:
+                if self.backlog is None and self._native_host_functions and not self._syncs:
+                    self.disp.enqueue_host_function_impl(self.dh, self.handle, run)
+                    self._dependent = True
+                    self.submitted = self.seq = seq
+                else:
+                    self._to_backlog_locked(("host", seq, run, fence))
+            except BaseException:
+                self._unopen_locked(start)
+                raise
             if start is not None:
                 self.mark_locked(owned=True).start = start
             return seq

@@ -225,3 +225,48 @@ def test_threads_each_get_one_sequence_number(host: Any, queue: Any, prog: Any) 
     assert out[0] == threads * per_thread
     assert queue.submitted == queue.seq and not queue._lock.locked()
     a.free()
+
+
+def test_a_refused_launch_on_a_profiling_queue_releases_the_events_it_recorded(fresh_runtime: Any) -> None:
+    # A profiling queue records an event before each operation (its start): when the backend
+    # refuses the operation, that event is released like any other, not kept for an owner.
+    from faults import FaultPlugin, install
+
+    from pyoffload import runtime
+    from pyoffload.hooks.wrappers import wrap_every_hook
+
+    @wrap_every_hook
+    class Count:
+        def __init__(self) -> None:
+            self.live: set[int] = set()
+
+        def around(self, hook: str, kwargs: dict[str, Any]) -> Any:
+            result = yield
+            if hook == "event_record_impl":
+                self.live.add(id(result))
+            elif hook == "event_release_impl":
+                self.live.discard(id(kwargs["event"]))
+            return result
+
+    counter = Count()
+
+    def counting(backend: str) -> Any:
+        return counter
+
+    runtime.add_wrapper(counting)
+    fault = install(FaultPlugin("launch_impl"))
+    try:
+        dev = pyoffload.host_device()
+        p = dev.build_program(SOURCE)
+        q = dev.create_queue(profiling=True)
+        with pytest.raises(OffloadError):
+            q.launch(p.kernel("noop"), 1, 1, [])
+        ev = q.launch(p.kernel("noop"), 1, 1, [])  # the next launch runs and is timed
+        assert ev.profiling_info("ended") >= ev.profiling_info("started")
+        del ev
+        q.destroy()
+        assert not counter.live
+        p.unload()
+    finally:
+        runtime.remove_wrapper(fault)
+        runtime.remove_wrapper(counting)
