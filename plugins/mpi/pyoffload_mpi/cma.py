@@ -70,12 +70,11 @@ def move(write: bool, pid: int, remote: int, local: int, size: int) -> None:
     into it (``write``) or out of it."""
     assert _FUNCTIONS is not None
     fn = _FUNCTIONS[1 if write else 0]
-    mine, theirs = _IoVec(), _IoVec()
     done = 0
     while done < size:
-        mine.iov_base, mine.iov_len = local + done, size - done
-        theirs.iov_base, theirs.iov_len = remote + done, size - done
-        moved = fn(pid, ctypes.byref(mine), 1, ctypes.byref(theirs), 1, 0)  # (the GIL is released)
+        # (ctypes passes a structure by reference where the argument is a pointer to it, and the
+        # GIL is released during the call)
+        moved = fn(pid, _IoVec(local + done, size - done), 1, _IoVec(remote + done, size - done), 1, 0)
         if moved <= 0:
             errno = ctypes.get_errno()
             what = "write into" if write else "read from"

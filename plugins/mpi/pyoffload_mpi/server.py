@@ -141,6 +141,12 @@ class Server:
         self._probe = cma.Probe()
         self.peers: dict[int, int] = {}
         self.initialised = False  # pyoffload started here (by rank 0's hello)
+        # The staging buffer of copies this loop makes at once (_staged_now), made on first use:
+        # one allocation for all of them, so that a small copy pays no allocation and a large
+        # one no page faults of fresh memory (main loop only; each such copy is done with it
+        # before the loop takes the next request).
+        self._scratch: np.ndarray | None = None
+        self._scratch_at = 0
         self._reset()
 
     def _reset(self) -> None:
@@ -525,8 +531,8 @@ class Server:
             return
         # One message (a chunk at most), and nothing before it on the queue: here, blocking.
         if self._staged_now(served, size, CHUNK):
-            buffer = np.empty(size, np.uint8)
-            wait_raw(self.comm.Irecv([buffer, _byte()], 0, TAG_REQUEST))
+            buffer, _ = self._staging_now()
+            wait_raw(self.comm.Irecv([buffer[:size], _byte()], 0, TAG_REQUEST))
             self._read_ahead()  # (the synchronisation of a synchronous copy is on its way)
             self._copy_now(served, dst, buffer, size)
             return
@@ -561,13 +567,14 @@ class Server:
             self._read_ahead()  # (the synchronisation of a synchronous copy is on its way)
             cma.read(pid, src, cma.address(direct), size)
             return
-        staging = np.empty(size, np.uint8)
         if self._staged_now(served, size):
-            cma.read(pid, src, staging.ctypes.data, size)
+            staging, at = self._staging_now()
+            cma.read(pid, src, at, size)
             self._read_ahead()
             self._copy_now(served, dst, staging, size)
             return
         # In pieces: the device copies each piece while this loop reads the next.
+        staging = np.empty(size, np.uint8)
         served.touched = True
         base = staging.ctypes.data
         for offset, length in chunks(size, _piece(size)):
@@ -583,12 +590,13 @@ class Server:
             self._read_ahead()
             cma.write(pid, dst, cma.address(direct), size)
             return
-        staging = np.empty(size, np.uint8)
         if self._staged_now(served, size):
-            self._copy_now(served, staging.data, src, size)
+            scratch, at = self._staging_now()
+            self._copy_now(served, scratch, src, size)
             self._read_ahead()
-            cma.write(pid, dst, staging.ctypes.data, size)
+            cma.write(pid, dst, at, size)
             return
+        staging = np.empty(size, np.uint8)
         if served.settled() or served.idle():  # in order already: in pieces, here
             base = staging.ctypes.data
 
@@ -635,13 +643,14 @@ class Server:
                 self._read_ahead()
                 wait_all(requests, self._read_ahead)
                 return
-            staging = np.empty(size, np.uint8).data
             if self._staged_now(served, size, CHUNK):  # one message: copied, then sent
-                self._copy_now(served, staging, src, size)
-                requests = _post(self.comm.Isend, staging, 0, mpi_tag)
+                scratch = self._staging_now()[0]
+                self._copy_now(served, scratch, src, size)
+                requests = _post(self.comm.Isend, scratch.data[:size], 0, mpi_tag)
                 self._read_ahead()
                 wait_all(requests, self._read_ahead)
                 return
+            staging = np.empty(size, np.uint8).data
             pieces = size > CHUNK and (served.settled() or served.idle())
             if not pieces:
                 served.touched = True
@@ -815,6 +824,14 @@ class Server:
         thread to wait for and report, no host function (each a thread hand-off on this rank)."""
         return size <= (limit or STAGED_NOW_UP_TO) and (served.settled() or served.idle())
 
+    def _staging_now(self) -> tuple[np.ndarray, int]:
+        """The staging buffer of a copy made at once (``_staged_now``; ``CHUNK`` bytes, enough
+        for any of them) and its address."""
+        if self._scratch is None:
+            self._scratch = np.empty(CHUNK, np.uint8)
+            self._scratch_at = self._scratch.ctypes.data
+        return self._scratch, self._scratch_at
+
     def _copy_now(self, served: ServedQueue, dst: Any, src: Any, size: int) -> None:
         """The copy, blocking (``pyoffload.memcpy`` without a queue: the backend's own blocking
         copy, cheaper here than an enqueue and a wait).  ``served`` has nothing in flight and no
@@ -822,10 +839,8 @@ class Server:
         queue stays as settled as it was (an event recorded next completes at once) unless the
         copy fails: the failure is then the queue's (``_handle`` reports it) and later events go
         through the watcher."""
-        import pyoffload
-
         touched, served.touched = served.touched, True
-        pyoffload.memcpy(dst, src, size)
+        _memcpy()(dst, src, size)
         served.touched = touched
 
     def _from_device(self, served: ServedQueue, staging: Any, src: int, piece: int, deliver: Any) -> None:
@@ -855,6 +870,20 @@ class Server:
                 served.fail(exc)
 
         return run
+
+
+def _memcpy() -> Any:
+    """``pyoffload.memcpy`` (imported on first use: the server's pyoffload starts only with
+    rank 0's hello, after the settings it needs are made)."""
+    global _MEMCPY
+    if _MEMCPY is None:
+        import pyoffload
+
+        _MEMCPY = pyoffload.memcpy
+    return _MEMCPY
+
+
+_MEMCPY: Any = None
 
 
 def _host_memory(address: int) -> memoryview | None:
