@@ -692,6 +692,12 @@ class Server:
             else:
                 self._pull(direct, peer, mpi_tag, check=check)
             return
+        if served.settled() or served.idle():  # in order already: pipelined, here
+            if role == "send":
+                self._send_from_device(served, ptr, size, peer, mpi_tag)
+            else:
+                self._receive_to_device(served, ptr, size, peer, mpi_tag)
+            return
         served.touched = True
         view = np.empty(size, np.uint8).data
         if role == "send":
@@ -701,26 +707,96 @@ class Server:
             served.queue.launch_host_function(self._guarded(served, lambda: self._pull(view, peer, mpi_tag)))
             served.queue.memcpy(ptr, view, size)
 
+    def _send_from_device(self, served: ServedQueue, ptr: int, size: int, peer: int, mpi_tag: int) -> None:
+        """The sending side of a copy between servers from a device's own memory, on a queue with
+        nothing in flight: each chunk leaves the moment the device has copied it, while the device
+        copies the next (the peer posted every chunk's receive at once); then the peer's
+        acknowledgement that the bytes are where they go.  Chunks the device could not copy are
+        sent empty, so that the peer's receives complete."""
+        staging = np.empty(size, np.uint8)
+        check = self._deadline(self._while_moving)
+        sends: list[Any] = []
+        testall = _requests().Testall
+
+        def send(offset: int, length: int) -> None:
+            sends.append(self.comm.Isend([staging[offset : offset + length], _byte()], peer, mpi_tag))
+            testall(sends)  # (progress for the chunks before it, by messages)
+
+        try:
+            self._from_device(served, staging, ptr, CHUNK, send)
+        finally:
+            unsent = len(list(chunks(size))) - len(sends)
+            sends += [self.comm.Isend([b"", _byte()], peer, mpi_tag) for _ in range(unsent)]
+            wait_all(sends, check)
+        wait_raw(self.comm.Irecv([bytearray(1), _byte()], peer, mpi_tag), check)
+
+    def _receive_to_device(self, served: ServedQueue, ptr: int, size: int, peer: int, mpi_tag: int) -> None:
+        """The receiving side of a copy between servers into a device's own memory, on a queue with
+        nothing in flight: every chunk's receive is posted at once, and each chunk is handed to
+        the device (enqueued) as it arrives, while the next ones arrive.  A failure of the device
+        copy is raised once every chunk has arrived (the peer must not wait for nothing)."""
+        served.touched = True
+        staging = np.empty(size, np.uint8).data
+        check = self._deadline(self._while_moving)
+        failure: BaseException | None = None
+        for request, (offset, length) in zip(_post(self.comm.Irecv, staging, peer, mpi_tag), chunks(size), strict=True):
+            wait_raw(request, check)
+            if failure is None:
+                try:
+                    served.queue.memcpy(ptr + offset, staging[offset : offset + length], length)
+                except BaseException as exc:
+                    failure = exc
+        if failure is not None:
+            raise failure
+
     def _side(self, role: str, peer: int, mpi_tag: int, ptr: int, size: int) -> None:
         """The side without a queue: its sends or receives are posted now and the main loop
         completes them between requests (the peer's side runs when its queue gets there)."""
         import pyoffload
 
         direct = self._in_place(ptr, size, None)
-        view = direct if direct is not None else np.empty(size, np.uint8).data
         if role == "send":
-            if direct is None:
-                pyoffload.memcpy(view, ptr, size)
-            self._sides.append(_Side(_post(self.comm.Isend, view, peer, mpi_tag), view, self.limit))
+            if direct is not None:
+                self._sides.append(_Side(_post(self.comm.Isend, direct, peer, mpi_tag), direct, self.limit))
+                return
+            # A device's own memory: each chunk is sent as soon as the device has copied it, and
+            # moves (the peer receives it) while the device copies the next.
+            view = np.empty(size, np.uint8).data
+            byte = _byte()
+            for offset, length in chunks(size):
+                piece = view[offset : offset + length]
+                pyoffload.memcpy(piece, ptr + offset, length)
+                self._sides.append(_Side([self.comm.Isend([piece, byte], peer, mpi_tag)], piece, self.limit))
             return
 
-        def landed() -> None:
-            if direct is None:
-                pyoffload.memcpy(ptr, view, size)
+        def acknowledge() -> None:
             ack = self.comm.Isend([bytearray(1), _byte()], peer, mpi_tag)  # tells the queue's side
             self._sides.append(_Side([ack], None, self.limit))
 
-        self._sides.append(_Side(_post(self.comm.Irecv, view, peer, mpi_tag), view, self.limit, landed))
+        if direct is not None:
+            self._sides.append(_Side(_post(self.comm.Irecv, direct, peer, mpi_tag), direct, self.limit, acknowledge))
+            return
+        # A device's own memory: each chunk goes to the device as soon as it has arrived, while
+        # the next ones arrive; the acknowledgement follows the last one.
+        view = np.empty(size, np.uint8).data
+        byte = _byte()
+        left = [len(list(chunks(size)))]
+
+        def landed(offset: int, length: int) -> Any:
+            def then() -> None:
+                left[0] -= 1
+                try:
+                    pyoffload.memcpy(ptr + offset, view[offset : offset + length], length)
+                finally:
+                    if not left[0]:
+                        acknowledge()
+
+            return then
+
+        for offset, length in chunks(size):
+            piece = view[offset : offset + length]
+            request = self.comm.Irecv([piece, byte], peer, mpi_tag)
+            self._sides.append(_Side([request], piece, self.limit, landed(offset, length)))
 
     def _progress_sides(self) -> bool:
         """Complete what can be completed of the sides in progress; ``True`` if any finished.
@@ -944,6 +1020,12 @@ BUSY_CEILING = 1e-3
 """The servers' ``sys.setswitchinterval``."""
 
 _RPC = frozenset(name[4:] for name in dir(Server) if name.startswith("rpc_"))
+
+
+def _requests() -> Any:
+    from mpi4py import MPI
+
+    return MPI.Request
 
 
 def _byte() -> Any:

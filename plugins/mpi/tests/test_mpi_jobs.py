@@ -557,3 +557,51 @@ def test_large_copies_to_and_from_device_memory_arrive_whole(tmp_path: Path, cma
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "LARGE-DEVICE-COPY-OK" in done.stdout
+
+
+@pytest.mark.parametrize("cma", ["1", "0"], ids=["cross-memory", "messages"])
+def test_copies_between_two_servers_device_memory_arrive_whole(tmp_path: Path, cma: str) -> None:
+    """Copies from one server's PoCL memory to another's move chunk by chunk, each chunk's device
+    copy on either side overlapping the next chunk's trip: ordered on the sending rank's queue or
+    the receiving rank's, the queue idle (pipelined in the server's loop) or behind other work
+    (staged in queue order), ragged sizes over several chunks, every byte where it belongs, and
+    none through rank 0."""
+    done = _job(
+        tmp_path,
+        """
+    def pocl(rank):
+        return next(d for d in pyoffload.devices() if d.backend == "mpi" and d.info["mpi.rank"] == rank
+                    and d.info["mpi.remote_backend"] == "opencl")
+
+    d1, d2 = pocl(1), pocl(2)
+    q1, q2 = d1.create_queue(), d2.create_queue()
+    rng = np.random.default_rng(5)
+    for size in ((300 << 10) + 17, (9 << 20) + 12345):
+        a, b = d1.alloc(size), d2.alloc(size)
+        scratch = (d1.alloc(size), d2.alloc(size))
+        for src, dst, q in ((a, b, q1), (a, b, q2), (b, a, q1), (b, a, q2)):
+            data = rng.integers(0, 256, size, dtype=np.uint8)
+            pyoffload.memcpy(src, data)
+            sent, received = link.bytes_sent, link.bytes_received
+            q.memcpy(dst, src, size)                                # the queue idle: pipelined
+            q.wait()
+            assert (link.bytes_sent, link.bytes_received) == (sent, received)
+            back = np.zeros(size, np.uint8)
+            pyoffload.memcpy(back, dst)
+            assert (back == data).all(), (size, q is q1)
+            pyoffload.memcpy(dst, np.zeros(size, np.uint8))
+            q.memfill(scratch[q is q2], b"\\x07", size)              # behind other work: staged
+            q.memcpy(dst, src, size)
+            q.wait()
+            pyoffload.memcpy(back, dst)
+            assert (back == data).all(), (size, q is q1, "queued")
+        for allocation in (a, b, *scratch):
+            pyoffload.free(allocation)
+    print("DEVICE-TO-DEVICE-OK", flush=True)
+    """,
+        PYOFFLOAD_MPI_SERVE="opencl",
+        POCL_DEVICES="pthread",
+        PYOFFLOAD_MPI_CMA=cma,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "DEVICE-TO-DEVICE-OK" in done.stdout
