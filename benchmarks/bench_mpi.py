@@ -17,8 +17,12 @@ not a device's copy engine).
 * **Launch enqueue latency**: ``n`` prepared launches of an empty kernel on a rank-1 queue, then
   one wait, per launch; against ``n`` mpi4py ``Isend`` of a message of the same size.  Target ≤ 20 µs.
 
+With ``--memory host device`` (and ``PYOFFLOAD_MPI_SERVE=opencl``) the bandwidth rows come once per
+kind of remote memory: the host device's, and a PoCL device's own (staged on its rank).
+
 Each figure is the median of repeats, the baseline measured in the same repeat, the ratio per
-repeat with min–max (``_stats.measure``).  Writes ``benchmarks/results/mpi.json`` and ``mpi.md``,
+repeat with min–max (``_stats.measure``); the machine's load (1-minute average, at the start and at
+the end) is reported with them.  Writes ``benchmarks/results/mpi.json`` and ``mpi.md``,
 and ``mpi_bandwidth.png`` when matplotlib is installed.
 """
 
@@ -27,6 +31,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import pathlib
 import pickle
 import sys
@@ -82,8 +87,6 @@ def transport(link: Any) -> str:
     """What carries the bytes between rank 0 and the servers in this job, for the figures' labels:
     Open MPI's byte transfer layers (``--mca btl``) and whether rank 0 reaches a server's memory
     by cross-memory attach."""
-    import os
-
     btl = os.environ.get("OMPI_MCA_btl", "default btl")
     cma = "CMA" if any(0 in pair for pair in link.reach) else "no CMA"
     return f"{btl}, {cma}"
@@ -154,7 +157,7 @@ def _small(link: Any, cfg: argparse.Namespace) -> list[Figure]:
     return figs
 
 
-def _bandwidth(link: Any, dev1: Any, dev2: Any, size: int, cfg: argparse.Namespace) -> list[Figure]:
+def _bandwidth(link: Any, dev1: Any, dev2: Any, size: int, memory: str, cfg: argparse.Namespace) -> list[Figure]:
     comm, byte = link.comm, link.MPI.BYTE
     memcpy = pyoffload.memcpy
     src = np.ones(size, np.uint8)
@@ -215,7 +218,7 @@ def _bandwidth(link: Any, dev1: Any, dev2: Any, size: int, cfg: argparse.Namespa
     memcpy(dst, a2)
     assert (dst == 1).all(), "the remote→remote copy did not deliver the bytes"
     bw = {k: gbps(size, v) for k, v in t.items()}
-    kind = f" ({cfg.memory} memory; {transport(link)})"
+    kind = f" ({memory} memory; {transport(link)})"
     what = {"h2d": "host → rank 1" + kind, "d2h": "rank 1 → host" + kind, "r2r": "rank 1 → rank 2" + kind}
     raw = {"h2d": "mpi4py Send (rank 0 → 1)", "d2h": "mpi4py Recv (rank 1 → 0)", "r2r": "mpi4py Send/Recv (rank 1 → 2)"}
     figs = []
@@ -232,7 +235,7 @@ def _bandwidth(link: Any, dev1: Any, dev2: Any, size: int, cfg: argparse.Namespa
                     raw[direction],
                     bw["raw " + direction],
                     BANDWIDTH,
-                    extra={"size": size, "direction": direction + mode, "memory": cfg.memory},
+                    extra={"size": size, "direction": direction + mode, "memory": memory},
                 )
             )
     for q in (q1, q2):
@@ -310,13 +313,19 @@ def _plot(out: pathlib.Path, rows: list[dict[str, Any]]) -> list[pathlib.Path]:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(13, 4.2), sharey=True)
+    memories = sorted({r["extra"]["memory"] for r in rows if "memory" in r.get("extra", {})})
     for ax, direction in zip(axes, ("h2d", "d2h", "r2r"), strict=True):
-        for mode, style in (("", "o-"), (" queued", "s--")):
-            pts = sorted(
-                (r["extra"]["size"], r) for r in rows if r.get("extra", {}).get("direction") == direction + mode
-            )
-            if pts:
-                ax.semilogx([p[0] for p in pts], [p[1]["median"] for p in pts], style, label=f"pyoffload{mode}")
+        for memory in memories:
+            for mode, style in (("", "o-"), (" queued", "s--")):
+                pts = sorted(
+                    (r["extra"]["size"], r)
+                    for r in rows
+                    if r.get("extra", {}).get("direction") == direction + mode and r["extra"].get("memory") == memory
+                )
+                if pts:
+                    ax.semilogx(
+                        [p[0] for p in pts], [p[1]["median"] for p in pts], style, label=f"pyoffload{mode}, {memory}"
+                    )
         pts = sorted((r["extra"]["size"], r) for r in rows if r.get("extra", {}).get("direction") == direction)
         if pts:
             ax.semilogx([p[0] for p in pts], [p[1]["baseline_median"] for p in pts], "^-", label=pts[0][1]["baseline"])
@@ -344,22 +353,30 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--memory",
         choices=("host", "device"),
-        default="host",
-        help="the servers' memory the copies use: the host device's (default) or a PoCL device's own",
+        nargs="+",
+        default=["host"],
+        help="the servers' memory the bandwidth rows use, one set of rows each: the host device's "
+        "(default) and/or a PoCL device's own (PYOFFLOAD_MPI_SERVE=opencl)",
     )
     ap.add_argument("--only", choices=("small", "launch", "bandwidth"), nargs="*", help="run only these parts")
     cfg = ap.parse_args(argv)
     cfg.repeats = 3 if cfg.quick else 5
     link = _link()
     start = time.perf_counter()
-    if cfg.memory == "device":
-        dev1, dev2 = _devices(1).get("device memory"), _devices(2).get("device memory")
-        if dev1 is None or dev2 is None:
-            sys.exit(
-                "--memory device: ranks 1 and 2 serve no device with memory of its own (PYOFFLOAD_MPI_SERVE=opencl)"
-            )
-    else:
-        dev1, dev2 = _device(1), _device(2)
+    # The machine's load beside the figures: on a shared machine it says how far to trust them.
+    load_before = os.getloadavg()[0]
+    pairs: dict[str, tuple[Any, Any]] = {}
+    for memory in dict.fromkeys(cfg.memory):
+        if memory == "device":
+            found = _devices(1).get("device memory"), _devices(2).get("device memory")
+            if None in found:
+                sys.exit(
+                    "--memory device: ranks 1 and 2 serve no device with memory of its own (PYOFFLOAD_MPI_SERVE=opencl)"
+                )
+            pairs[memory] = found
+        else:
+            pairs[memory] = _device(1), _device(2)
+    dev1 = next(iter(pairs.values()))[0]
     sizes = cfg.sizes or (
         [1 * MiB, 16 * MiB, 256 * MiB] if cfg.quick else [1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB, 256 * MiB]
     )
@@ -367,15 +384,18 @@ def main(argv: list[str] | None = None) -> int:
     figures = _small(link, cfg) if "small" in parts else []
     if "launch" in parts:
         figures += _launch(link, dev1, cfg)
-    for size in sizes if "bandwidth" in parts else ():
-        print(f"[mpi] {fmt_size(size)} ...", flush=True)
-        figures += _bandwidth(link, dev1, dev2, size, cfg)
+    for memory, (one, two) in pairs.items():
+        for size in sizes if "bandwidth" in parts else ():
+            print(f"[mpi] {memory} memory, {fmt_size(size)} ...", flush=True)
+            figures += _bandwidth(link, one, two, size, memory, cfg)
     rows = [f.as_dict() for f in figures]
+    load_after = os.getloadavg()[0]
     meta = {
-        "machine": _machine(),
+        "machine": f"{_machine()}; load (1-minute average) {load_before:.2f} at the start, {load_after:.2f} at the end",
+        "load": [load_before, load_after],
         "mode": "quick" if cfg.quick else "full",
         "repeats": cfg.repeats,
-        "backends": [f"mpi ({dev1.name}, {dev2.name}; {link.size} ranks)"],
+        "backends": [f"mpi ({one.name}, {two.name}; {link.size} ranks)" for one, two in pairs.values()],
         "pyoffload": pyoffload.__version__,
         "seconds": time.perf_counter() - start,
         "skipped": [] if importlib.util.find_spec("matplotlib") else ["plot: matplotlib is not installed"],
