@@ -91,15 +91,42 @@ def _digest(parts: list[Any]) -> str:
     return _sha256(json.dumps([FORMAT, list(HOOK_API), *parts]).encode()).hexdigest()
 
 
+def _machine_parts(options: tuple[str, ...]) -> list[str]:
+    """The building CPU, where an option makes the image for it alone (``-march=native``,
+    ``-mcpu=native``, ``-mtune=native``): a cache directory shared between machines (a network
+    home) must not hand such an image to a CPU that lacks its instructions."""
+    return [cpu_identity()] if any(o.endswith("=native") for o in options) else []
+
+
+def cpu_identity() -> str:
+    """What names this machine's CPU and its instruction set: /proc/cpuinfo's model and flags on
+    Linux, the architecture elsewhere."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            lines = [
+                line for line in f.read(1 << 16).splitlines() if line.startswith(("model name", "flags", "Features"))
+            ]
+        if lines:
+            return "\n".join(dict.fromkeys(lines))
+    except OSError:
+        pass
+    import platform
+
+    return platform.machine()
+
+
 def _device_key(device: Any, source: str, options: tuple[str, ...], compiler: str) -> str:
     """The key of a build through ``compile_impl`` (a backend without build targets)."""
     platform = device.platform
-    return _digest([device.backend, platform.name, platform.version, device.name, compiler, list(options), source])
+    return _digest(
+        [device.backend, platform.name, platform.version, device.name, compiler, list(options), source]
+        + _machine_parts(options)
+    )
 
 
 def _target_key(target: str, source: str, options: tuple[str, ...], compiler: str) -> str:
     """The key of a build for a target: the same whether a device or ``pyoffload.build`` asked."""
-    return _digest(["target", target, compiler, list(options), source])
+    return _digest(["target", target, compiler, list(options), source] + _machine_parts(options))
 
 
 def _checked_input(source: Any, options: Any, compiler: Any) -> tuple[str, tuple[str, ...]]:
