@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import socket
 import sys
 from typing import Any
 
@@ -114,14 +113,14 @@ class Probe:
         self._buffer = ctypes.create_string_buffer(self.contents, len(self.contents))
 
     def describe(self) -> tuple[str, int, int, bytes]:
-        return socket.gethostname(), os.getpid(), ctypes.addressof(self._buffer), self.contents
+        return os.uname().nodename, os.getpid(), ctypes.addressof(self._buffer), self.contents
 
 
 def reachable(described: tuple[str, int, int, bytes]) -> bool:
     """Whether this process can read (and so write) the memory of the process a :class:`Probe`
     describes: on this machine, permitted, and what it reads is what the probe holds."""
     host, pid, where, contents = described
-    if not enabled() or host != socket.gethostname() or pid == os.getpid():
+    if not enabled() or host != os.uname().nodename or pid == os.getpid():
         return False
     buffer = ctypes.create_string_buffer(len(contents))
     try:

@@ -25,7 +25,6 @@ request to the device's rank (:mod:`.client`):
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -426,6 +425,8 @@ def memory_connection_impl(
 @hookimpl
 def load_binary_impl(context: RemoteContext, device: RemoteDevice, image: bytes) -> RemoteProgram:
     link = _link()
+    import hashlib  # on the first load: OpenSSL's start-up is not discovery's to pay
+
     digest = hashlib.sha256(image).digest()
     key = (device.rank, digest)
     with _lock:
