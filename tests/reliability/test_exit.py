@@ -140,10 +140,8 @@ def test_exit_with_a_host_function_that_never_returns(tmp_path):
         forever = threading.Event()
         q.launch_host_function(forever.wait)
     """)
-    start = __import__("time").monotonic()
-    proc = _run(script, timeout=60, PYOFFLOAD_EXIT_TIMEOUT="1")
+    proc = _run(script, timeout=60, PYOFFLOAD_EXIT_TIMEOUT="1")  # a hang fails the run
     assert proc.returncode == 0, proc.stderr
-    assert __import__("time").monotonic() - start < 30
     assert "Traceback" not in proc.stderr and "Fatal" not in proc.stderr, proc.stderr
 
 
