@@ -49,7 +49,8 @@ if TYPE_CHECKING:
     from .runtime import on_shutdown, shutdown
     from .context import memory_connection
     from .interop import from_dlpack, from_native
-    from .views import TypedView, host_view
+    from .memory import host_view
+    from .views import TypedView
     from .build import BuiltImage, build_image
     from .transfer import advise, memcpy, memfill, prefetch
 
@@ -87,7 +88,7 @@ _LAZY = {
     "prefetch": "transfer",
     "memory_connection": "context",
     "TypedView": "views",
-    "host_view": "views",
+    "host_view": "memory",
     "BuiltImage": "build",
     "build_image": "build",
     "from_dlpack": "interop",

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import settings
+from .settings import cache_dir
 
 if TYPE_CHECKING:
     import hashlib
@@ -60,16 +61,6 @@ class CacheStats:
 
 stats = CacheStats()
 _lock = threading.Lock()
-
-
-def cache_dir() -> Path:
-    """Where built images are kept: ``PYOFFLOAD_CACHE_DIR``, else the user cache directory."""
-    override = settings.text("PYOFFLOAD_CACHE_DIR")
-    if override:
-        return Path(override)
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("pyoffload"))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from .enums import AllocKind
-from .errors import InvalidArgumentError, InvalidSizeError, got
+from .errors import InvalidArgumentError, InvalidSizeError, InvalidValueError, got
 
 MAX_SIZE = 1 << 64
 
@@ -66,3 +66,24 @@ def check_kind(kind: Any) -> AllocKind:
     if kind.__class__ is not AllocKind:
         raise TypeError(f"kind must be a pyoffload.AllocKind, got {kind!r}")
     return kind
+
+
+def dimension(value: Any, what: str) -> int:
+    """One dimension of a launch's geometry: a positive integer below 2**64."""
+    value = as_int(value, what)
+    if value <= 0:
+        raise InvalidValueError(f"{what} must be positive, got {value}")
+    if value >= 1 << 64:
+        raise InvalidSizeError(f"{what} {value} is not below 2**64")
+    return value  # type: ignore[no-any-return]
+
+
+def triple(value: Any, what: str) -> tuple[int, int, int]:
+    """A launch's grid, block or global size (an int, or 1 to 3 of them) as a checked 3-tuple."""
+    if isinstance(value, (tuple, list)):
+        if not 1 <= len(value) <= 3:
+            raise InvalidValueError(f"{what} must have 1 to 3 dimensions, got {tuple(value)!r}")
+        dims = tuple(dimension(v, what) for v in value)
+    else:
+        dims = (dimension(value, what),)
+    return dims + (1,) * (3 - len(dims))  # type: ignore[return-value]

@@ -31,11 +31,11 @@ import numpy as np
 
 from .backend import LocalMemory, struct_kind
 from .enums import AllocKind, MemoryConnection
-from .errors import InvalidArgumentError, InvalidSizeError, InvalidValueError, OutOfResourcesError, got
-from .checks import as_int
+from .errors import InvalidArgumentError, OutOfResourcesError, got
+from .checks import triple
 from .memory import Allocation
 from .pinning import device_pointer
-from .program import GlobalVariable, Kernel
+from .program import GlobalVariable, Kernel, suggested_block
 from .queue_core import QueueCore
 
 _ALLOC, _PTR, _NULL, _GLOBAL, _SCALAR, _CONVERT, _LOCAL, _STRUCT = range(8)
@@ -265,30 +265,11 @@ def binder(kernel: Kernel, args: Any) -> Binder:
     return found
 
 
-def _dim(value: Any, what: str) -> int:
-    value = as_int(value, what)
-    if value <= 0:
-        raise InvalidValueError(f"{what} must be positive, got {value}")
-    if value >= 1 << 64:
-        raise InvalidSizeError(f"{what} {value} is not below 2**64")
-    return value  # type: ignore[no-any-return]
-
-
-def _triple(value: Any, what: str) -> tuple[int, int, int]:
-    if isinstance(value, (tuple, list)):
-        if not 1 <= len(value) <= 3:
-            raise InvalidValueError(f"{what} must have 1 to 3 dimensions, got {tuple(value)!r}")
-        dims = tuple(_dim(v, what) for v in value)
-    else:
-        dims = (_dim(value, what),)
-    return dims + (1,) * (3 - len(dims))  # type: ignore[return-value]
-
-
 def dimensions(device: Any, grid: Any, block: Any) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
     """``(grid, block)`` as 3-tuples, checked against the device's limits (``INVALID_ARGUMENT``
     naming the limit; products that overflow 64 bits are refused too)."""
-    g = _triple(grid, "grid")
-    b = _triple(block, "block")
+    g = triple(grid, "grid")
+    b = triple(block, "block")
     lim = device.limits
     # The work-group total first: where a device's per-axis limit equals its total (CUDA, HIP),
     # a block one past it breaks both, and the total is the limit users know.
@@ -315,50 +296,6 @@ def dimensions(device: Any, grid: Any, block: Any) -> tuple[tuple[int, int, int]
     return g, b
 
 
-def _largest_divisor(n: int, cap: int, multiple: int) -> int:
-    """The largest divisor of ``n`` not above ``cap`` that is a multiple of ``multiple``, or the
-    largest divisor not above ``cap`` where no multiple divides ``n`` (1 always does)."""
-    first = 0
-    for d in range(min(n, cap), 0, -1):
-        if n % d == 0:
-            if d % multiple == 0:
-                return d
-            if not first:
-                first = d
-    return first
-
-
-def suggested_block(kernel: Kernel, global_size: Any = None) -> tuple[int, int, int]:
-    """``Kernel.suggest_block``: the rule is documented there.  Answers are kept per kernel and
-    global size (a divisor search costs up to a few thousand steps)."""
-    g = None if global_size is None else _triple(global_size, "global_size")
-    block = kernel.suggested.get(g)
-    if block is None:
-        block = _suggest(kernel, g)
-        if len(kernel.suggested) < 256:
-            kernel.suggested[g] = block
-    return block
-
-
-def _suggest(kernel: Kernel, g: tuple[int, int, int] | None) -> tuple[int, int, int]:
-    rule = kernel.block_rule
-    if rule is not None and rule[1] is not None:
-        return rule[1]
-    attrs = kernel.attributes
-    lim = kernel.program.device.limits
-    limit = max(1, min(int(attrs["max_work_group_size"] or 1), lim.block_threads))
-    multiple = max(1, int(attrs["preferred_work_group_multiple"] or 1))
-    if g is None:
-        n = min(limit, lim.block[0])
-        return (n // multiple * multiple or n, 1, 1)
-    out = []
-    for axis in range(3):
-        d = _largest_divisor(g[axis], min(limit, lim.block[axis]), multiple if axis == 0 else 1)
-        out.append(d)
-        limit //= d
-    return out[0], out[1], out[2]
-
-
 def geometry(
     device: Any, kernel: Kernel, grid: Any, block: Any, global_size: Any
 ) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
@@ -375,8 +312,8 @@ def geometry(
         raise InvalidArgumentError(
             f"launch: grid {grid!r} and global_size {global_size!r} both given; a launch takes one of them"
         )
-    total = _triple(global_size, "global_size")
-    b = suggested_block(kernel, total) if block is None else _triple(block, "block")
+    total = triple(global_size, "global_size")
+    b = suggested_block(kernel, total) if block is None else triple(block, "block")
     for axis in range(3):
         if total[axis] % b[axis]:
             raise InvalidArgumentError(

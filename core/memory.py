@@ -29,6 +29,7 @@ from .errors import (
     got,
     Errc,
     InvalidArgumentError,
+    InvalidSizeError,
     NotFoundError,
     OffloadError,
     OutOfResourcesError,
@@ -588,6 +589,30 @@ def mem_info(ptr: Allocation | int) -> MemInfo:
     if value is not None:
         return mem_info(value)
     raise TypeError(f"mem_info takes an Allocation or a pointer (int), got {got(ptr)}")
+
+
+def host_view(ptr: Any, size: Any, dtype: Any = np.uint8, owner: Any = None) -> np.ndarray:
+    """A numpy array over the ``size`` bytes at ``ptr`` (any address inside an allocation, a
+    numpy integer, or an Allocation for its start) as items of ``dtype``: a zero-copy hand-out
+    of a sub-buffer, which ``memoryview()`` turns into bytes.  Host-accessible memory only
+    (HOST and MANAGED on every backend, DEVICE where the device's memory is the host's).
+
+    The array counts as an export of the allocation, as ``Allocation.view`` does: ``free``
+    refuses while it lives, and it keeps the allocation and ``owner`` alive.  A range past the
+    allocation's end, or a ``size`` that is not a multiple of the item size, is
+    ``INVALID_SIZE``; device memory ``UNSUPPORTED``; a pointer in no allocation ``NOT_FOUND``."""
+    size = check_size(size, "host_view size")
+    info = mem_info(ptr)
+    alloc = info.allocation
+    alloc.check_host("host_view")
+    dt = np.dtype(dtype)
+    if dt.itemsize == 0 or size % dt.itemsize:
+        raise InvalidSizeError(f"host_view: {size} bytes are not a whole number of {dt} items ({dt.itemsize} bytes)")
+    if info.offset + size > alloc.size:
+        raise InvalidSizeError(
+            f"host_view of {size} bytes at offset {info.offset} overruns {alloc!r} ({alloc.size} bytes)"
+        )
+    return alloc.view(dt, size // dt.itemsize, info.offset, owner)
 
 
 # ------------------------------------------------------------------------------------------

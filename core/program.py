@@ -44,7 +44,7 @@ from .errors import (
     TeardownWarning,
     UnsupportedError,
 )
-from .checks import check_size
+from .checks import check_size, triple
 from .memory import Allocation, register_external, unregister
 from .queue_core import QueueCore, users_of
 from .runtime import EXIT_WAIT_SECONDS, warn_teardown
@@ -496,7 +496,6 @@ class Kernel:
         Without ``global_size`` (a launch given as a grid of work-groups): ``(n, 1, 1)`` with
         ``n`` the largest multiple of the preferred multiple within the limit.  Each dimension
         also keeps to the device's ``max_work_item_sizes``."""
-        from .launch import suggested_block  # launch.py builds on this module
 
         return suggested_block(self, global_size)
 
@@ -569,3 +568,47 @@ class GlobalVariable:
 
     def __repr__(self) -> str:
         return f"<pyoffload.GlobalVariable {self.name!r} 0x{self.address:x} size={self.size}>"
+
+
+def _largest_divisor(n: int, cap: int, multiple: int) -> int:
+    """The largest divisor of ``n`` not above ``cap`` that is a multiple of ``multiple``, or the
+    largest divisor not above ``cap`` where no multiple divides ``n`` (1 always does)."""
+    first = 0
+    for d in range(min(n, cap), 0, -1):
+        if n % d == 0:
+            if d % multiple == 0:
+                return d
+            if not first:
+                first = d
+    return first
+
+
+def suggested_block(kernel: Kernel, global_size: Any = None) -> tuple[int, int, int]:
+    """``Kernel.suggest_block``: the rule is documented there.  Answers are kept per kernel and
+    global size (a divisor search costs up to a few thousand steps)."""
+    g = None if global_size is None else triple(global_size, "global_size")
+    block = kernel.suggested.get(g)
+    if block is None:
+        block = _suggest(kernel, g)
+        if len(kernel.suggested) < 256:
+            kernel.suggested[g] = block
+    return block
+
+
+def _suggest(kernel: Kernel, g: tuple[int, int, int] | None) -> tuple[int, int, int]:
+    rule = kernel.block_rule
+    if rule is not None and rule[1] is not None:
+        return rule[1]
+    attrs = kernel.attributes
+    lim = kernel.program.device.limits
+    limit = max(1, min(int(attrs["max_work_group_size"] or 1), lim.block_threads))
+    multiple = max(1, int(attrs["preferred_work_group_multiple"] or 1))
+    if g is None:
+        n = min(limit, lim.block[0])
+        return (n // multiple * multiple or n, 1, 1)
+    out = []
+    for axis in range(3):
+        d = _largest_divisor(g[axis], min(limit, lim.block[axis]), multiple if axis == 0 else 1)
+        out.append(d)
+        limit //= d
+    return out[0], out[1], out[2]

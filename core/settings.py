@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar, overload
 
 from .errors import Errc, OffloadError
@@ -214,3 +215,14 @@ class Settings:
             pool_threshold=integer("PYOFFLOAD_POOL_THRESHOLD", None),
             track_allocations=flag("PYOFFLOAD_TRACK_ALLOCATIONS"),
         )
+
+
+def cache_dir() -> Path:
+    """Where built images (and the host backend's native runtime) are kept: ``PYOFFLOAD_CACHE_DIR``,
+    else the user cache directory."""
+    override = text("PYOFFLOAD_CACHE_DIR")
+    if override:
+        return Path(override)
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("pyoffload"))

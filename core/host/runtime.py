@@ -185,13 +185,12 @@ def _build() -> Any:
     source, header = _source()
     digest = hashlib.sha256(b"\0".join((source.encode(), header, ident.encode(), platform.machine().encode())))
     name = f"host-runtime-{digest.hexdigest()[:24]}.so"
-    from ..build import cache_dir
 
     directory: Path | None = None
     try:
         if not settings.flag("PYOFFLOAD_BUILD_CACHE", True):
             raise OSError("the build cache is off")  # built per process, in memory
-        directory = cache_dir()
+        directory = settings.cache_dir()
         path = directory / name
         if path.is_file():
             return ctypes.CDLL(str(path), mode=os.RTLD_NOW | os.RTLD_LOCAL)
