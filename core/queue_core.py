@@ -248,6 +248,25 @@ class QueueCore:
             self.seq = seq
         return seq
 
+    def _submit_opened_locked(
+        self,
+        start: Marker,
+        hook: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        fallback: Callable[[], None] | None,
+    ) -> int:
+        """:meth:`_submit_locked` on a profiling queue, behind the operation's start marker
+        ``start`` (lock held): refused, nothing owns ``start`` any more (the ledger releases it
+        like any marker).  A function of its own: on CPython 3.11 an interrupt raised at the line of
+        a ``try`` statement nested in the ``with self._lock`` block left the lock held
+        (tests/reliability/test_queue_interrupts.py)."""
+        try:
+            return self._submit_locked(hook, fn, args, fallback)
+        except BaseException:
+            self._unopen_locked(start)
+            raise
+
     def enqueue(
         self,
         hook: str,
@@ -267,11 +286,10 @@ class QueueCore:
             if not self.live:
                 raise self.dead()
             start = self._open_locked() if self.profiling else None
-            try:
+            if start is None:
                 seq = self._submit_locked(hook, getattr(self.disp.raw, hook), args, fallback)
-            except BaseException:
-                self._unopen_locked(start)
-                raise
+            else:
+                seq = self._submit_opened_locked(start, hook, getattr(self.disp.raw, hook), args, fallback)
             if hold is not None:
                 self._holds.append((seq, hold))
             if start is not None:
@@ -303,11 +321,10 @@ class QueueCore:
                 if not a.live:
                     raise InvalidArgumentError(f"launch of a kernel of {prog!r}: {a!r} was freed")
             start = self._open_locked() if self.profiling else None
-            try:
+            if start is None:
                 self._submit_locked("launch_impl", fn, args, None)
-            except BaseException:
-                self._unopen_locked(start)
-                raise
+            else:
+                self._submit_opened_locked(start, "launch_impl", fn, args, None)
             if start is not None:
                 self.mark_locked(owned=True).start = start  # the launch's event takes it (claim_marker)
         return seq
@@ -422,6 +439,20 @@ class QueueCore:
         except Exception as exc:
             warn_teardown(f"releasing an event of {self._name}", exc)
 
+    def _hand_host_function_locked(self, seq: int, run: Callable[[], None], fence: Any, start: Marker | None) -> None:
+        """Hand host function ``seq`` to the backend, or to the backlog (lock held); refused, its
+        start marker ``start`` (profiling) is owned by nothing any more."""
+        try:
+            if self.backlog is None and self._native_host_functions and not self._syncs:
+                self.disp.enqueue_host_function_impl(self.dh, self.handle, run)
+                self._dependent = True
+                self.submitted = self.seq = seq
+            else:
+                self._to_backlog_locked(("host", seq, run, fence))
+        except BaseException:
+            self._unopen_locked(start)
+            raise
+
     def host_function(self, fn: Callable[[], Any]) -> int:
         """Enqueue ``fn`` to run once earlier work has completed, holding later work back."""
         with self._lock:
@@ -431,16 +462,7 @@ class QueueCore:
             run = self._host_runner(fn, seq)
             start = self._open_locked() if self.profiling else None
             fence = self._fence_locked()
-            try:
-                if self.backlog is None and self._native_host_functions and not self._syncs:
-                    self.disp.enqueue_host_function_impl(self.dh, self.handle, run)
-                    self._dependent = True
-                    self.submitted = self.seq = seq
-                else:
-                    self._to_backlog_locked(("host", seq, run, fence))
-            except BaseException:
-                self._unopen_locked(start)
-                raise
+            self._hand_host_function_locked(seq, run, fence, start)
             if start is not None:
                 self.mark_locked(owned=True).start = start
             return seq
