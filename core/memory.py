@@ -398,12 +398,14 @@ def site_of(ctx: GenericContext, device: GenericDevice | None, kind: Any) -> All
             ctx.check_device(device, "alloc")
         if kind not in (device.limits_cache or device.limits).kinds:
             raise UnsupportedError(f"{device.id} does not support {kind.name} memory (info 'memory_kinds')")
-        key = (id(device), id(kind))
+    asked = key
+    key = (id(device), id(kind))  # the device, or None for HOST memory
     site = ctx.alloc_sites.get(key)
-    if site is not None and site.open:
-        return site  # type: ignore[no-any-return]
-    site = AllocSite(ctx, device, kind, ctx.pool(device, kind))
-    ctx.add_alloc_site(key, site)
+    if site is None or not site.open:
+        site = AllocSite(ctx, device, kind, ctx.pool(device, kind))
+        ctx.add_alloc_site(key, site)
+    if asked != key:  # also as asked (no device, or a device for HOST memory): found at once next time
+        ctx.add_alloc_site(asked, site)
     return site
 
 
