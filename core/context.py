@@ -24,7 +24,9 @@ from .runtime import dead_runtime_error, warn_teardown
 
 class Owned(Protocol):
     """Programs, queues and allocations a context releases on close, lowest rank first
-    (programs' destructors run on the internal queue, then queues, then memory)."""
+    (programs' destructors run on the internal queue, then queues, then memory).  Programs and
+    queues are adopted by the context; its allocations are found in the runtime's address
+    registry, which records every one of them anyway."""
 
     teardown_rank: int
 
@@ -65,8 +67,7 @@ class GenericContext:
         self.disp = self.plugin.dispatch
         self._lock = threading.RLock()
         # -- guarded by _lock (each is also read without it: single dict reads are atomic) -----
-        # Programs, queues and allocations made in this context (allocations enter and leave it
-        # with single dict operations; close() copies it under the lock).
+        # Programs and queues made in this context (close() copies it under the lock).
         self.owned_objects: dict[int, Owned] = {}
         self.internal_queues: dict[int, QueueCore] = {}
         self.pools: dict[tuple[int, int], CachingAllocator] = {}
@@ -113,6 +114,10 @@ class GenericContext:
     def disown(self, obj: Owned) -> None:
         with self._lock:
             self.owned_objects.pop(id(obj), None)
+
+    def live_allocations(self) -> list[Owned]:
+        """pyoffload's own allocations made in this context and not yet freed (a snapshot)."""
+        return [a for _, _, a in self.rt.registry.items() if a.owned and a.context is self]
 
     def internal_queue(self, device: GenericDevice | None) -> QueueCore:
         """The context's own queue on ``device`` (its first device for HOST memory), on which the
@@ -215,6 +220,7 @@ class GenericContext:
             return
         with self._lock:
             owned = list(self.owned_objects.values())
+        owned += self.live_allocations()
         owned.sort(key=lambda o: o.teardown_rank)
         for obj in owned:
             obj.teardown(False)

@@ -22,9 +22,9 @@ cdef class AllocSite:
     cdef public str space
     cdef public bint exportable
     cdef public object max_alloc
-    cdef public dict owned_objects
     cdef public dict live_per_space
     cdef public object tracker
+    cdef public bint tracking
     cdef public bint open
 
     @cython.locals(alloc=Allocation, pool=CachingAllocator, block=Block, clash=list, live=dict,

@@ -282,9 +282,9 @@ class AllocSite:
         "space",
         "exportable",
         "max_alloc",
-        "owned_objects",
         "live_per_space",
         "tracker",
+        "tracking",
         "open",
     )
 
@@ -300,9 +300,9 @@ class AllocSite:
         self.space = ctx.plugin.name  # the backend's name: live allocations are counted per backend
         self.exportable = kind is not _DEVICE or (device is not None and device.host_memory)
         self.max_alloc = MAX_SIZE if device is None else min((device.limits_cache or device.limits).max_alloc, MAX_SIZE)
-        self.owned_objects = ctx.owned_objects
         self.live_per_space = rt.live_per_space
         self.tracker = rt.tracker
+        self.tracking = rt.tracker.on  # fixed for the runtime's life (PYOFFLOAD_TRACK_ALLOCATIONS)
         self.open = True
 
     def allocate(self, size: Any, queue: QueueCore | None = None, alignment: Any = None) -> Allocation:
@@ -325,10 +325,9 @@ class AllocSite:
         check_not_reentered(lock, "alloc")
         pool = self.pool
         need = size if align <= MIN_ALIGNMENT else size + align - 1
-        tracker = self.tracker
         alloc = Allocation.__new__(Allocation)
         alloc.size, alloc.kind, alloc.device, alloc.context = size, self.kind, self.device, self.context
-        alloc.origin = origin() if tracker.on else None
+        alloc.origin = origin() if self.tracking else None
         alloc.owned, alloc.owner, alloc.live = True, None, True
         alloc.pool_block, alloc.source_pool, alloc.site, alloc.users, alloc.dl_exports = None, pool, self, None, 0
         alloc.nbytes, alloc.exportable = size, self.exportable
@@ -342,7 +341,7 @@ class AllocSite:
                 block = pool.take_cached(need, queue)
                 if block is not None:
                     alloc.pool_block = block
-                    alloc.ptr = ptr = (block.ptr + align - 1) & -align
+                    alloc.ptr = ptr = block.ptr if align == 1 else (block.ptr + align - 1) & -align
                     # A backend never hands out overlapping live blocks itself: ranges are checked
                     # for overlap only while another backend has live memory too (address spaces
                     # can coincide).
@@ -354,7 +353,7 @@ class AllocSite:
             if block is None:
                 block = pool.take(need, queue)  # a new segment, or past the pool: lock not held
                 alloc.pool_block = block
-                alloc.ptr = ptr = (block.ptr + align - 1) & -align
+                alloc.ptr = ptr = block.ptr if align == 1 else (block.ptr + align - 1) & -align
                 with lock:
                     clash = registry.insert_locked(
                         ptr, ptr + size, alloc, len(live) > 1 or bool(live) and space not in live
@@ -368,9 +367,8 @@ class AllocSite:
             if alloc.pool_block is not None:
                 pool.give(alloc.pool_block)
             raise
-        self.owned_objects[id(alloc)] = alloc
-        if tracker.on:
-            tracker.allocated(alloc)
+        if self.tracking:
+            self.tracker.allocated(alloc)
         if _pending():
             run_deferred()
         return alloc
@@ -519,17 +517,14 @@ def _forget_locked(rt: Runtime, alloc: Allocation) -> bool:
             live.pop(space, None)
         else:
             live[space] = count - 1
-    rt.epoch += 1
     return True
 
 
 def _forgotten(rt: Runtime, alloc: Allocation) -> None:
-    """:func:`unregister`'s part after the registry's lock (the context's own dict is atomic)."""
+    """:func:`unregister`'s part after the registry's lock: the allocation tracker's record."""
     site = alloc.site
-    if site is not None:
-        site.owned_objects.pop(id(alloc), None)
-        if site.tracker.on:
-            site.tracker.freed_alloc(alloc)
+    if site is not None and site.tracking:
+        site.tracker.freed_alloc(alloc)
 
 
 def device_alloc(device: GenericDevice, size: Any, kind: Any, alignment: Any) -> Allocation:

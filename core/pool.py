@@ -7,7 +7,7 @@ After CuPy's ``MemoryPool`` and PyTorch's caching allocator, in Python and kept 
   backend's ``data_alloc_impl``; it goes back to the backend only through :meth:`trim`, a limit,
   or an out-of-memory retry.
 * Freed blocks go on a free list of their exact size: the common alloc/free of one size is a
-  list pop and a list append.  Only when no free block of the size fits does the allocator split
+  list pop and a list append (a size's list stays, empty, until a miss sweeps empty lists out).  Only when no free block of the size fits does the allocator split
   the best-fitting larger block, and, before asking the backend for a new segment, coalesce free
   neighbours.
 * Stream order: a block freed on a queue (``Queue.free_async``) carries that queue and the
@@ -149,8 +149,10 @@ class CachingAllocator:
         # -- guarded by _lock ------------------------------------------------------------------
         self.max_request = max_request  # None: every size; 0: pool off
         self.limit: int | None = None  # most bytes reserved from the backend; None: no limit
-        self._lists: dict[int, list[Block]] = {}  # free blocks by size; a list may be empty
-        self._sizes: list[int] = []  # sizes with a non-empty list, sorted (for best fit)
+        # Free blocks by size.  A list emptied by a take stays (the next give of its size is an
+        # append), until a miss that coalesces sweeps the empty ones out (see _coalesce).
+        self._lists: dict[int, list[Block]] = {}
+        self._sizes: list[int] = []  # the keys of _lists, sorted (for best fit)
         self._segments: dict[int, Segment] = {}  # pooled segments by base
         self.in_use = 0  # bytes of blocks in use (unpooled ones included)
         self.reserved = 0  # bytes reserved from the backend, or being reserved
@@ -198,8 +200,6 @@ class CachingAllocator:
                 block = free[-1]
                 if block.queue is None or block.usable_by(queue):
                     free.pop()
-                    if not free:
-                        del self._sizes[bisect_left(self._sizes, need)]
                     self.hits += 1
                     return self._use(block, need)
             fit = self._best_fit(need, queue)
@@ -237,8 +237,6 @@ class CachingAllocator:
             self._lists[block.size] = [block]
             insort(self._sizes, block.size)
         else:
-            if not free:  # kept, empty (see _lists)
-                insort(self._sizes, block.size)
             free.append(block)
 
     def _repair(self) -> None:
@@ -256,10 +254,7 @@ class CachingAllocator:
         self._lists, self._sizes = lists, sorted(lists)
 
     def _unlist(self, block: Block) -> None:
-        free = self._lists[block.size]
-        free.remove(block)
-        if not free:
-            del self._sizes[bisect_left(self._sizes, block.size)]
+        self._lists[block.size].remove(block)
 
     def _best_fit(self, need: int, queue: Any) -> Block | None:
         """Split the smallest usable free block larger than ``need``."""
@@ -316,6 +311,9 @@ class CachingAllocator:
                     self._put(block)
                     merged += 1
                     nxt = block.next
+        kept = {size: free for size, free in self._lists.items() if free}
+        if len(kept) != len(self._lists):  # sweep the emptied lists out (one statement, see _use)
+            self._lists, self._sizes = kept, sorted(kept)
         return merged
 
     def _reserve(self, size: int) -> None:

@@ -294,10 +294,11 @@ class PreparedLaunch:
     The backend's prepared function is called directly when no wrapper plugin is registered;
     otherwise each call goes through ``launch_impl`` so that tracing and fault injection see it.
     The checks (queue live, program loaded, bound allocations live, wrappers unchanged) are
-    repeated only when the runtime's epoch moved: anything that could invalidate them (a free of
-    memory a prepared launch uses, an unload, a queue destroyed, a wrapper added or removed,
-    shutdown) moves it.  The launch itself is the queue's hand-over (``enqueue_launch``), which
-    checks liveness again under the queue's lock.
+    repeated only when the runtime's epoch moved: anything that could invalidate them (an unload,
+    a queue destroyed, a wrapper added or removed, shutdown) moves it.  A free does not: the
+    launch itself is the queue's hand-over (``enqueue_launch``), which records the launch as a user
+    of each bound allocation and then checks that it is still live, so a concurrent free either
+    waits for the launch or the launch fails.
     """
 
     __slots__ = (
@@ -333,7 +334,7 @@ class PreparedLaunch:
         self.grid = grid
         self.block = block
         self.args = args
-        self._allocs = allocs  # every free moves the runtime's epoch, so the next call re-checks them
+        self._allocs = allocs  # checked by every call's hand-over (enqueue_launch)
         self._fast = fast
         self._binder = bind
         self._checked: tuple[int, Callable[[], None]] = (-1, self._through_hook)

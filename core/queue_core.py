@@ -63,6 +63,10 @@ _users_lock = threading.Lock()
 
 def users_of(obj: Any) -> list[tuple[QueueCore, int]]:
     """A snapshot of the users of ``obj`` (queue, last operation's sequence number)."""
+    if obj.users is None:
+        # One read of one field is a snapshot too (what the locked read would have returned at
+        # that instant): memory no queued work ever used takes no lock.
+        return []
     with _users_lock:
         users = obj.users
         return list(users.items()) if users else []

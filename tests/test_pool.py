@@ -89,6 +89,28 @@ def test_free_neighbours_coalesce_before_a_new_segment_is_asked_for():
     assert whole.ptr == parts[0].ptr and b.allocs == 1, "the halves were not merged back"
 
 
+def test_emptied_size_lists_still_serve_best_fit_and_trim():
+    """A size's free list emptied by a take stays until a miss sweeps it: neither the sweep nor
+    the empty lists may hide a free block from best fit, coalescing or trim."""
+    pool, b = make()
+    sizes = [512 * k for k in range(1, 9)]
+    blocks = [pool.take(s) for s in sizes]  # one segment, carved into eight sizes
+    for blk in blocks:
+        pool.give(blk)
+    again = [pool.take(s) for s in sizes]  # every list emptied again
+    assert [blk.ptr for blk in again] == [blk.ptr for blk in blocks]
+    assert b.allocs == 1 and pool.stats().cache_hits == len(sizes)
+    for blk in again:
+        pool.give(blk)
+    odd = pool.take(3 * 512 + 1)  # a size no list holds: best fit splits a larger free block
+    assert b.allocs == 1
+    pool.give(odd)
+    whole = pool.take(SMALL_SEGMENT)  # needs every neighbour merged back: a miss that sweeps
+    assert b.allocs == 1 and whole.ptr == blocks[0].ptr
+    pool.give(whole)
+    assert pool.trim() == SMALL_SEGMENT and b.live == {}
+
+
 def test_trim_returns_whole_free_segments_only():
     pool, b = make()
     a, c = pool.take(100), pool.take(4 << 20)
