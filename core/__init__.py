@@ -38,7 +38,8 @@ from .errors import (
 
 if TYPE_CHECKING:
     from .backend import HOOK_API, LocalMemory
-    from .api import Context, Device, MemoryPool, devices, host_device, platforms, plugins
+    from .api import Context, Device, devices, host_device, platforms, plugins
+    from .memory_pool import MemoryPool
     from .device import Platform
     from .hooks.discovery import PluginReport
     from .memory import Allocation, MemInfo, free, mem_info
@@ -61,7 +62,7 @@ _LAZY = {
     "LocalMemory": "backend",
     "Context": "api",
     "Device": "api",
-    "MemoryPool": "api",
+    "MemoryPool": "memory_pool",
     "devices": "api",
     "host_device": "api",
     "platforms": "api",

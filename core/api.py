@@ -8,7 +8,6 @@ platform and device objects, host device last.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +18,8 @@ from .device import GenericDevice, Platform
 from .enums import AllocKind, DeviceType
 from .errors import NoDevicesError, NotFoundError
 from .hooks.discovery import HOST_BACKEND, Backend, PluginReport, load_backends
-from .memory import Allocation, allocate, device_alloc
+from .memory import AllocSite, Allocation, allocate, device_alloc, site_of
+from .memory_pool import MemoryPool, bytes_or_none, check_pool, where
 from .pinning import lock, unlock
 from .program import Program
 from .queue import Queue
@@ -28,67 +28,6 @@ from .settings import Settings
 
 if TYPE_CHECKING:
     from .backend import PlatformDesc
-    from .pool import CachingAllocator, PoolStats
-
-
-class MemoryPool:
-    """The caching allocator of one (context, device, kind): statistics and controls.
-
-    ``stats()`` reports bytes in use, cached and reserved (with peaks), segments and counters;
-    ``trim(keep=0)`` gives cached segments back to the backend; ``limit`` caps the bytes reserved
-    from the backend (``None``: no cap; beyond it an allocation first trims, then fails with
-    ``OUT_OF_RESOURCES``); ``max_request`` bounds the sizes the pool serves (``None``: every size;
-    0: the pool is off and every allocation goes straight to the backend).
-    """
-
-    def __init__(self, allocator: CachingAllocator, where: str) -> None:
-        self._allocator = allocator
-        self._where = where
-
-    def stats(self) -> PoolStats:
-        return self._allocator.stats()
-
-    def trim(self, keep: int = 0) -> int:
-        """Release cached memory until at most ``keep`` bytes stay cached; the bytes released."""
-        return self._allocator.trim(keep)
-
-    @property
-    def limit(self) -> int | None:
-        return self._allocator.limit
-
-    @limit.setter
-    def limit(self, value: int | None) -> None:
-        value = None if value is None else operator.index(value)
-        with self._allocator.lock:
-            self._allocator.limit = value
-
-    @property
-    def max_request(self) -> int | None:
-        return self._allocator.max_request
-
-    @max_request.setter
-    def max_request(self, value: int | None) -> None:
-        value = None if value is None else operator.index(value)
-        with self._allocator.lock:
-            self._allocator.max_request = value
-
-    @property
-    def enabled(self) -> bool:
-        return self._allocator.enabled
-
-    @enabled.setter
-    def enabled(self, on: bool) -> None:
-        with self._allocator.lock:
-            if on and not self._allocator.enabled:
-                self._allocator.max_request = None
-            elif not on:
-                self._allocator.max_request = 0
-        if not on:
-            self._allocator.trim()
-
-    def __repr__(self) -> str:
-        s = self.stats()
-        return f"<pyoffload.MemoryPool {self._where}: {s.in_use_bytes} in use, {s.cached_bytes} cached>"
 
 
 class Context(GenericContext):
@@ -102,9 +41,14 @@ class Context(GenericContext):
         kind: AllocKind = AllocKind.DEVICE,
         device: GenericDevice | None = None,
         alignment: int | None = None,
+        pool: MemoryPool | None = None,
     ) -> Allocation:
         """Allocate ``size`` bytes of ``kind``; ``device`` defaults to the context's first device
-        (HOST memory has none).  ``alignment`` (a power of two) makes the address a multiple of it."""
+        (HOST memory has none).  ``alignment`` (a power of two) makes the address a multiple of it.
+        ``pool``: from that pool of this context (made by ``create_pool``), which must serve
+        ``kind`` memory of ``device``."""
+        if pool is not None:
+            return check_pool(pool).alloc_for(self, device, kind, size, alignment, None)
         return allocate(self, device, size, kind, None, alignment)
 
     def memory_pool(self, device: GenericDevice | None = None, kind: AllocKind = AllocKind.DEVICE) -> MemoryPool:
@@ -114,8 +58,43 @@ class Context(GenericContext):
         else:
             device = device or self.devices[0]
             self.check_device(device, "memory_pool")
-        where = f"{kind.name} memory of {device.id if device else self.backend + ' host'}"
-        return MemoryPool(self.pool(device, kind), where)
+        return MemoryPool(self.pool(device, kind), where(self, device, kind), self, device, kind)
+
+    def create_pool(
+        self,
+        device: GenericDevice | None = None,
+        kind: AllocKind = AllocKind.DEVICE,
+        *,
+        limit: int | None = None,
+        release_threshold: int | None = None,
+        initial_reserve: int = 0,
+        max_request: int | None = None,
+    ) -> MemoryPool:
+        """A new pool of ``kind`` memory on ``device`` (the context's first device by default; none
+        for HOST memory), with a cache, limit and statistics of its own: ``limit`` caps the bytes
+        it reserves from the backend, ``release_threshold`` the bytes it keeps cached after a free,
+        ``initial_reserve`` bytes are reserved (and cached) at once, ``max_request`` bounds the
+        request sizes it serves (larger ones go straight to the backend; ``None``: every size).
+        The context's ``close`` releases it with everything else; ``destroy()`` ends it sooner."""
+        limit = bytes_or_none(limit, "limit")
+        release_threshold = bytes_or_none(release_threshold, "release_threshold")
+        reserve = bytes_or_none(initial_reserve, "initial_reserve") or 0
+        max_request = bytes_or_none(max_request, "max_request")
+        base = site_of(self, device, kind)  # checks the device and the kind, as alloc does
+        device = base.device
+        allocator = self._make_pool(device, kind)
+        allocator.limit, allocator.max_request = limit, max_request
+        site = AllocSite(self, device, kind, allocator)
+        pool = MemoryPool(allocator, where(self, device, kind, created=True), self, device, kind, site)
+        self.add_user_pool(allocator, site)
+        try:
+            if reserve:
+                allocator.reserve(reserve)
+        except BaseException:
+            pool.destroy()
+            raise
+        allocator.release_threshold = release_threshold  # after the reserve, which it would trim
+        return pool
 
     def create_queue(self, device: GenericDevice | None = None, profiling: bool = False) -> Queue:
         return Queue(self, device or self.devices[0], profiling)
@@ -145,10 +124,39 @@ class Device(GenericDevice):
                     ctx = self.platform.default_context_slot = Context(self.platform.devices)
         return ctx  # type: ignore[no-any-return]
 
-    def alloc(self, size: int, kind: AllocKind = AllocKind.DEVICE, alignment: int | None = None) -> Allocation:
+    def alloc(
+        self,
+        size: int,
+        kind: AllocKind = AllocKind.DEVICE,
+        alignment: int | None = None,
+        pool: MemoryPool | None = None,
+    ) -> Allocation:
         """Allocate in the default context; HOST memory belongs to no device.  ``alignment`` (a
-        power of two) makes the address a multiple of it."""
+        power of two) makes the address a multiple of it.  ``pool``: from that pool (made by
+        ``create_pool`` in the default context), which must serve ``kind`` memory of this device."""
+        if pool is not None:
+            return check_pool(pool).alloc_for(self.default_context, self, kind, size, alignment, None)
         return device_alloc(self, size, kind, alignment)
+
+    def create_pool(
+        self,
+        kind: AllocKind = AllocKind.DEVICE,
+        *,
+        limit: int | None = None,
+        release_threshold: int | None = None,
+        initial_reserve: int = 0,
+        max_request: int | None = None,
+    ) -> MemoryPool:
+        """A new pool of ``kind`` memory of this device in its default context (HOST memory: of
+        the platform): see ``Context.create_pool``."""
+        return self.default_context.create_pool(
+            self,
+            kind,
+            limit=limit,
+            release_threshold=release_threshold,
+            initial_reserve=initial_reserve,
+            max_request=max_request,
+        )
 
     def memory_pool(self, kind: AllocKind = AllocKind.DEVICE) -> MemoryPool:
         """The caching allocator behind ``alloc`` for ``kind`` memory (statistics, trim, limits)."""

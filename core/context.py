@@ -71,6 +71,9 @@ class GenericContext:
         self.owned_objects: dict[int, Owned] = {}
         self.internal_queues: dict[int, QueueCore] = {}
         self.pools: dict[tuple[int, int], CachingAllocator] = {}
+        # Pools made by create_pool, with the site each allocates through, by id of the pool;
+        # a destroyed pool stays until the context releases it (its blocks may be in use).
+        self.user_pools: dict[int, tuple[CachingAllocator, Any]] = {}
         # Allocation sites by (id(device), id(kind)), each over one of the pools; closed (``open``
         # cleared) when the context releases its pools.
         self.alloc_sites: dict[tuple[int, int], Any] = {}
@@ -153,6 +156,12 @@ class GenericContext:
                 site.open = False
             self.alloc_sites[key] = site
 
+    def add_user_pool(self, pool: CachingAllocator, site: Any) -> None:
+        """Keep a pool made by ``create_pool`` and its site until the context is released."""
+        with self._lock:
+            self.check_alive()
+            self.user_pools[id(pool)] = (pool, site)
+
     def _make_pool(self, device: GenericDevice | None, kind: AllocKind) -> CachingAllocator:
         disp, ch = self.disp, self.handle
         dh = device.handle if device is not None else None
@@ -164,11 +173,10 @@ class GenericContext:
             disp.data_free_impl(ch, dh, ptr, kind)
 
         def release_siblings() -> int:
-            released = 0
-            for (dev_id, _), other in list(self.pools.items()):
-                if dev_id == id(device) and other is not pool:
-                    released += other.trim()
-            return released
+            with self._lock:
+                others = [p for (dev_id, _), p in self.pools.items() if dev_id == id(device)]
+                others += [p for p, site in self.user_pools.values() if site.device is device]
+            return sum(other.trim() for other in others if other is not pool)
 
         pool = CachingAllocator(
             backend_alloc, backend_free, self.rt.settings.pool_threshold, release_siblings, self.rt.registry.lock
@@ -240,8 +248,12 @@ class GenericContext:
             self.alloc_sites.clear()
             internal = list(self.internal_queues.values())
             pools = list(self.pools.items())
+            for key, (pool, site) in self.user_pools.items():
+                site.open = False
+                pools.append(((key, 0), pool))
             self.internal_queues.clear()
             self.pools.clear()
+            self.user_pools.clear()
         for queue in internal:
             try:
                 queue.close(at_exit)
@@ -279,6 +291,8 @@ class GenericContext:
         """In a forked child (one thread; the parent's locks may be held: none is taken here)."""
         self.live = False
         for site in self.alloc_sites.values():
+            site.open = False
+        for _, site in self.user_pools.values():
             site.open = False
         for queue in self.internal_queues.values():
             queue.abandon()

@@ -754,6 +754,8 @@ def _free(target: Allocation | int, kind: AllocKind | None) -> None:
             _forgotten(rt, alloc)
         if block is not None and not given:
             pool.give(block)  # its own segment: back to the backend, outside the lock
+        elif pool.release_threshold is not None:
+            pool.keep_within_threshold()
     if _pending():
         run_deferred()
 

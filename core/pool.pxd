@@ -36,6 +36,7 @@ cdef class CachingAllocator:
     cdef public object _lock
     cdef public object max_request
     cdef public object limit
+    cdef public object release_threshold
     cdef public dict _lists
     cdef public list _sizes
     cdef public dict _segments

@@ -7,9 +7,12 @@ After CuPy's ``MemoryPool`` and PyTorch's caching allocator, in Python and kept 
   backend's ``data_alloc_impl``; it goes back to the backend only through :meth:`trim`, a limit,
   or an out-of-memory retry.
 * Freed blocks go on a free list of their exact size: the common alloc/free of one size is a
-  list pop and a list append (a size's list stays, empty, until a miss sweeps empty lists out).  Only when no free block of the size fits does the allocator split
-  the best-fitting larger block, and, before asking the backend for a new segment, coalesce free
-  neighbours.
+  list pop and a list append (a size's list stays, empty, until a miss sweeps empty lists out).
+  Only when no free block of the size fits does the allocator split the best-fitting larger
+  block, and, before asking the backend for a new segment, coalesce free neighbours.
+* A free that leaves more than ``release_threshold`` bytes cached trims back to it (a pool made
+  by ``create_pool`` and then destroyed has a threshold of 0: its blocks go back as they are
+  freed).
 * Stream order: a block freed on a queue (``Queue.free_async``) carries that queue and the
   sequence number of the free.  It is reused at once by later work on the same queue (the queue
   is in order), and elsewhere only once the queue has passed that point; a plain ``free`` has
@@ -116,6 +119,7 @@ class CachingAllocator:
         "backend_free",
         "max_request",
         "limit",
+        "release_threshold",
         "on_exhausted",
         "_lock",
         "_lists",
@@ -149,6 +153,8 @@ class CachingAllocator:
         # -- guarded by _lock ------------------------------------------------------------------
         self.max_request = max_request  # None: every size; 0: pool off
         self.limit: int | None = None  # most bytes reserved from the backend; None: no limit
+        # Most bytes kept cached after a free (None: no bound): a free that leaves more trims.
+        self.release_threshold: int | None = None
         # Free blocks by size.  A list emptied by a take stays (the next give of its size is an
         # append), until a miss that coalesces sweeps the empty ones out (see _coalesce).
         self._lists: dict[int, list[Block]] = {}
@@ -217,6 +223,20 @@ class CachingAllocator:
             return
         with self._lock:
             self.give_locked(block, queue, seq)
+        if self.release_threshold is not None:
+            self.keep_within_threshold()
+
+    def keep_within_threshold(self) -> None:
+        """After a give (lock not held): trim down to ``release_threshold`` if more is cached.
+        The two counters are read without the lock, as a hint: ``trim`` decides under it."""
+        threshold = self.release_threshold
+        if threshold is not None and self.reserved - self.in_use > threshold:
+            self.trim(threshold)
+
+    def reserve(self, size: int) -> None:
+        """Cache a new segment of at least ``size`` bytes now (a pool's initial reserve; lock not
+        held)."""
+        self.give(self._grow((size + ROUND - 1) & ~(ROUND - 1)))
 
     def give_locked(self, block: Block, queue: Any, seq: int) -> None:
         """:meth:`give` of a block of a pooled segment (lock held)."""
@@ -289,7 +309,8 @@ class CachingAllocator:
         return block
 
     def _coalesce(self) -> int:
-        """Merge free neighbours with the same stream tag; the number of merges."""
+        """Merge free neighbours with the same stream tag, then sweep out emptied free lists;
+        the number of merges."""
         merged = 0
         for size in list(self._sizes):
             for block in list(self._lists.get(size, ())):

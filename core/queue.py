@@ -22,6 +22,7 @@ from .errors import InvalidArgumentError, InvalidValueError, OffloadError, Unsup
 from .launch import Binder, binder, check_block, dimensions, geometry
 from .memory import Allocation, allocate, claim, release, unclaim
 from .program import Kernel
+from .memory_pool import check_pool
 from .queue_core import Marker, QueueCore, users_of, waiter
 from .transfer import memcpy, memfill
 
@@ -248,11 +249,16 @@ class Queue(QueueCore):
         """``pyoffload.memfill`` ordered on this queue."""
         return memfill(ptr, pattern, size, self)  # type: ignore[no-any-return]
 
-    def alloc_async(self, size: int, kind: AllocKind = AllocKind.DEVICE, alignment: int | None = None) -> Allocation:
+    def alloc_async(
+        self, size: int, kind: AllocKind = AllocKind.DEVICE, alignment: int | None = None, pool: Any = None
+    ) -> Allocation:
         """Allocate in this queue's order: the memory may be in use by earlier work on the queue
         (freed with ``free_async``), so use it only from work enqueued on this queue from now on
-        (or after waiting for it).  Never blocks on the queue.  ``alignment`` as for ``alloc``."""
+        (or after waiting for it).  Never blocks on the queue.  ``alignment`` as for ``alloc``;
+        ``pool``: from that :class:`pyoffload.MemoryPool` of the queue's context and device."""
         self.check_live()
+        if pool is not None:
+            return check_pool(pool).alloc_for(self.context, self.device, kind, size, alignment, self)
         return allocate(self.context, self.device, size, kind, self, alignment)
 
     def free_async(self, ptr: Allocation | int) -> Event:

@@ -109,6 +109,19 @@ class Row:
     needs_twin: bool = False
 
 
+def _pool(e: Env) -> Any:
+    """A pool made for one row, destroyed after it."""
+    pool = e.dev.create_pool()
+    e.extra.append(pool.destroy)
+    return pool
+
+
+def _destroyed_pool(e: Env) -> Any:
+    pool = e.dev.create_pool()
+    pool.destroy()
+    return pool
+
+
 def hx(p: int) -> str:
     return f"0x{p:x}"
 
@@ -216,6 +229,32 @@ ROWS: list[Row] = [
         lambda e: (lambda: e.dev.alloc(64, alignment=48), "48"),
     ),
     Row("alloc-alignment-float", TypeError, None, lambda e: (lambda: e.dev.alloc(64, alignment=64.0), "float")),
+    Row(
+        "pool-limit-negative",
+        InvalidSizeError,
+        Errc.INVALID_SIZE,
+        lambda e: (lambda: e.dev.create_pool(limit=-1), "limit must be >= 0"),
+    ),
+    Row("pool-limit-float", TypeError, None, lambda e: (lambda: e.dev.create_pool(limit=1.5), "float")),
+    Row("alloc-pool-not-pool", TypeError, None, lambda e: (lambda: e.dev.alloc(64, pool="p"), "str")),
+    Row(
+        "alloc-pool-wrong-kind",
+        InvalidArgumentError,
+        Errc.INVALID_ARGUMENT,
+        lambda e: (lambda: e.dev.alloc(64, AllocKind.HOST, pool=_pool(e)), "serves DEVICE memory, not HOST"),
+    ),
+    Row(
+        "alloc-pool-destroyed",
+        InvalidArgumentError,
+        Errc.INVALID_ARGUMENT,
+        lambda e: (lambda: _destroyed_pool(e).alloc(64), "was destroyed"),
+    ),
+    Row(
+        "pool-destroy-default",
+        InvalidArgumentError,
+        Errc.INVALID_ARGUMENT,
+        lambda e: (lambda: e.dev.memory_pool().destroy(), "trim it instead"),
+    ),
     Row(
         "alloc-device-not-device",
         InvalidArgumentError,
