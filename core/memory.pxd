@@ -11,6 +11,17 @@ from pyoffload.pool cimport Block, CachingAllocator
 from pyoffload.queue_core cimport clear_users, users_of
 
 
+cdef class SpaceCount:
+    cdef public Py_ssize_t live
+
+
+cdef class LiveCounts:
+    cdef public Py_ssize_t total
+    cdef public dict per_space
+
+    cpdef SpaceCount of(self, space)
+
+
 cdef class AllocSite:
     cdef public object context
     cdef public object device
@@ -22,13 +33,14 @@ cdef class AllocSite:
     cdef public str space
     cdef public bint exportable
     cdef public object max_alloc
-    cdef public dict live_per_space
+    cdef public LiveCounts counts
+    cdef public SpaceCount count
     cdef public object tracker
     cdef public bint tracking
     cdef public bint open
 
-    @cython.locals(alloc=Allocation, pool=CachingAllocator, block=Block, clash=list, live=dict,
-                   registry=RangeMap)
+    @cython.locals(alloc=Allocation, pool=CachingAllocator, block=Block, clash=list, counts=LiveCounts,
+                   count=SpaceCount, registry=RangeMap)
     cpdef Allocation allocate(self, size, queue=*, alignment=*)
 
 
@@ -60,7 +72,7 @@ cpdef _free(target, kind)
 cpdef resolve(target, what, kind=*)
 cpdef _claim(alloc, what)
 cpdef _claim_locked(Allocation alloc, what)
-@cython.locals(registry=RangeMap, site=AllocSite, live=dict)
+@cython.locals(registry=RangeMap, site=AllocSite)
 cpdef bint _forget_locked(rt, Allocation alloc) except -1
 @cython.locals(site=AllocSite)
 cpdef _forgotten(rt, Allocation alloc)

@@ -36,6 +36,7 @@ from .errors import (
     UnsupportedError,
 )
 from .checks import MAX_SIZE, check_alignment, check_kind, check_size, pointer_value
+from .addresses.intervals import RangeMap
 from .locks import check_not_reentered, defer, held_by_me, run_deferred
 from .locks import pending as _pending
 from .pool import Block, CachingAllocator
@@ -259,6 +260,60 @@ MIN_ALIGNMENT = 16
 conformance suite's ``test_pointers_are_aligned_for_any_scalar``): smaller alignments cost nothing."""
 
 
+class SpaceCount:
+    """Owned live allocations of one backend (guarded by the registry's lock)."""
+
+    __slots__ = ("live",)
+
+    def __init__(self) -> None:
+        self.live = 0
+
+
+class LiveCounts:
+    """Owned live allocations per backend and in all, guarded by the registry's lock: an
+    allocation's range is checked for overlap with other backends' only while another backend
+    has live memory (``total`` above its own backend's count), since address spaces of two
+    backends can coincide, while one backend never hands out overlapping live blocks."""
+
+    __slots__ = ("total", "per_space")
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.per_space: dict[str, SpaceCount] = {}
+
+    def of(self, space: str) -> SpaceCount:
+        """The count of backend ``space`` (lock held)."""
+        count = self.per_space.get(space)
+        if count is None:
+            count = self.per_space[space] = SpaceCount()
+        return count
+
+    def recount(self, registry: RangeMap) -> None:
+        """Count again from the registry, the source of truth (lock held): after an exception
+        that may have come between a registration and its count."""
+        for count in self.per_space.values():
+            count.live = 0
+        total = 0
+        for _, _, alloc in registry.items():
+            if alloc.owned and alloc.live and alloc.site is not None:
+                count = self.of(alloc.site.space)
+                count.live += 1
+                total += 1
+        self.total = total
+
+    def snapshot(self) -> dict[str, int]:
+        """``{backend: live allocations}`` of the backends that have any."""
+        return {space: count.live for space, count in self.per_space.items() if count.live}
+
+
+def live_counts(rt: Runtime) -> LiveCounts:
+    """The runtime's :class:`LiveCounts`, made on first use (lock held)."""
+    counts = rt.live_counts
+    if counts is None:
+        counts = rt.live_counts = LiveCounts()
+    return counts  # type: ignore[no-any-return]
+
+
 class AllocSite:
     """Where the allocations of one (context, device, kind) come from: what :meth:`allocate` and
     ``free`` need of the context, the device and the runtime, looked up once (an allocation's hot
@@ -282,7 +337,8 @@ class AllocSite:
         "space",
         "exportable",
         "max_alloc",
-        "live_per_space",
+        "counts",
+        "count",
         "tracker",
         "tracking",
         "open",
@@ -300,7 +356,9 @@ class AllocSite:
         self.space = ctx.plugin.name  # the backend's name: live allocations are counted per backend
         self.exportable = kind is not _DEVICE or (device is not None and device.host_memory)
         self.max_alloc = MAX_SIZE if device is None else min((device.limits_cache or device.limits).max_alloc, MAX_SIZE)
-        self.live_per_space = rt.live_per_space
+        with rt.registry.lock:
+            self.counts = live_counts(rt)
+            self.count = self.counts.of(self.space)
         self.tracker = rt.tracker
         self.tracking = rt.tracker.on  # fixed for the runtime's life (PYOFFLOAD_TRACK_ALLOCATIONS)
         self.open = True
@@ -331,8 +389,8 @@ class AllocSite:
         alloc.owned, alloc.owner, alloc.live = True, None, True
         alloc.pool_block, alloc.source_pool, alloc.site, alloc.users, alloc.dl_exports = None, pool, self, None, 0
         alloc.nbytes, alloc.exportable = size, self.exportable
-        space = self.space
-        live = self.live_per_space
+        counts = self.counts
+        count = self.count
         registry = self.registry
         clash: list[tuple[int, int, Any]] | None = None
         try:
@@ -345,23 +403,21 @@ class AllocSite:
                     # A backend never hands out overlapping live blocks itself: ranges are checked
                     # for overlap only while another backend has live memory too (address spaces
                     # can coincide).
-                    clash = registry.insert_locked(
-                        ptr, ptr + size, alloc, len(live) > 1 or bool(live) and space not in live
-                    )
+                    clash = registry.insert_locked(ptr, ptr + size, alloc, counts.total > count.live)
                     if not clash:
-                        live[space] = live.get(space, 0) + 1
+                        count.live += 1
+                        counts.total += 1
             if block is None:
                 block = pool.take(need, queue)  # a new segment, or past the pool: lock not held
                 alloc.pool_block = block
                 alloc.ptr = ptr = block.ptr if align == 1 else (block.ptr + align - 1) & -align
                 with lock:
-                    clash = registry.insert_locked(
-                        ptr, ptr + size, alloc, len(live) > 1 or bool(live) and space not in live
-                    )
+                    clash = registry.insert_locked(ptr, ptr + size, alloc, counts.total > count.live)
                     if not clash:
-                        live[space] = live.get(space, 0) + 1
+                        count.live += 1
+                        counts.total += 1
             if clash:
-                _place_aside(rt, alloc, pool, queue, space, align)
+                _place_aside(rt, alloc, pool, queue, align)
         except BaseException:
             _unregister_if_mine(rt, alloc)  # an interrupt may have come after the insert
             if alloc.pool_block is not None:
@@ -423,7 +479,7 @@ def allocate(
 
 
 def _place_aside(
-    rt: Runtime, alloc: Allocation, pool: CachingAllocator, queue: QueueCore | None, space: str, align: int = 1
+    rt: Runtime, alloc: Allocation, pool: CachingAllocator, queue: QueueCore | None, align: int = 1
 ) -> None:
     """Two backends handed out overlapping addresses: keep colliding blocks aside (so the backend
     cannot return them again) and ask for others, as liboffload does.  On return ``alloc`` holds
@@ -436,8 +492,10 @@ def _place_aside(
             ptr = (block.ptr + align - 1) & -align
             with registry.lock:
                 if not registry.insert_locked(ptr, ptr + alloc.size, alloc, True):
-                    live = rt.live_per_space
-                    live[space] = live.get(space, 0) + 1
+                    site = alloc.site
+                    assert site is not None  # owned memory has its site
+                    site.count.live += 1
+                    site.counts.total += 1
                     held.append(alloc.pool_block)  # type: ignore[arg-type]
                     alloc.ptr, alloc.pool_block = ptr, block
                     return
@@ -481,14 +539,7 @@ def _unregister_if_mine(rt: Runtime, alloc: Allocation) -> None:
         hit = registry.get(alloc.ptr)
         if hit is not None and hit[1] is alloc:
             registry.remove_locked(alloc.ptr)
-        counts: dict[str, int] = {}
-        for _, _, other in registry.items():
-            if other.owned and other.live:
-                space = other.context.plugin.name
-                counts[space] = counts.get(space, 0) + 1
-        live = rt.live_per_space
-        live.clear()
-        live.update(counts)
+        live_counts(rt).recount(registry)
 
 
 def unregister(rt: Runtime, alloc: Allocation) -> None:
@@ -510,13 +561,8 @@ def _forget_locked(rt: Runtime, alloc: Allocation) -> bool:
     except KeyError:
         return False
     if site is not None:  # owned memory: counted per backend, as allocate counts it
-        live = site.live_per_space
-        space = site.space
-        count = live.get(space, 0)
-        if count <= 1:
-            live.pop(space, None)
-        else:
-            live[space] = count - 1
+        site.count.live -= 1
+        site.counts.total -= 1
     return True
 
 

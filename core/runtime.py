@@ -83,7 +83,9 @@ class Runtime:
         self.programs: dict[int, Releasable] = {}  # insertion order is load order
         self.queues: dict[int, Abandonable] = {}
         self.registry: RangeMap = RangeMap()  # every allocation (and global, foreign range)
-        self.live_per_space: dict[str, int] = {}  # owned live allocations per backend (guarded by registry.lock)
+        # Owned live allocations per backend (pyoffload.memory.LiveCounts, made by the first
+        # allocation site; guarded by registry.lock).
+        self.live_counts: Any = None
         self.tracker = Tracker(settings.track_allocations)
         # Bumped by anything that can invalidate a checked-once fast path (see PreparedLaunch).
         self.epoch = 0
@@ -242,7 +244,8 @@ def teardown(rt: Runtime, at_exit: bool = False) -> None:
                 warn_teardown(f"deinit of backend {backend.name!r}", exc)
     with rt.registry.lock:
         rt.registry.clear()
-        rt.live_per_space.clear()
+        if rt.live_counts is not None:
+            rt.live_counts.recount(rt.registry)
     with rt.lock:
         rt.state = CLOSED
         rt.epoch += 1

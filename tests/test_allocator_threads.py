@@ -55,7 +55,7 @@ def test_threads_allocating_and_freeing_keep_the_per_backend_counts(host: Any) -
     ctx = host.default_context
     pyoffload.free(host.alloc(64))
     rt = runtime.active()
-    before = dict(rt.live_per_space)
+    before = rt.live_counts.snapshot()
     owned_before = len(ctx.live_allocations())
     errors: list[BaseException] = []
     barrier = threading.Barrier(6)
@@ -88,7 +88,8 @@ def test_threads_allocating_and_freeing_keep_the_per_backend_counts(host: Any) -
     finally:
         sys.setswitchinterval(old)
     assert not errors, errors
-    assert rt.live_per_space == before, "the per-backend live counts drifted"
+    assert rt.live_counts.snapshot() == before, "the per-backend live counts drifted"
+    assert rt.live_counts.total == sum(before.values())
     assert host.memory_pool().stats().in_use_bytes == 0
     assert len(ctx.live_allocations()) == owned_before
     assert not [a for a in _owned_live(ctx) if a.size in (64, 512, 700, 8 * KiB)]
