@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from .memory import host_view
     from .views import TypedView
     from .build import BuiltImage, build_image
-    from .transfer import advise, memcpy, memfill, prefetch
+    from .transfer import advise, memcpy, memcpy_2d, memcpy_3d, memfill, memfill_2d, prefetch
 
 __version__ = "0.1.0"
 
@@ -86,6 +86,9 @@ _LAZY = {
     "advise": "transfer",
     "memcpy": "transfer",
     "memfill": "transfer",
+    "memcpy_2d": "transfer",
+    "memcpy_3d": "transfer",
+    "memfill_2d": "transfer",
     "prefetch": "transfer",
     "memory_connection": "context",
     "TypedView": "views",
@@ -163,6 +166,9 @@ __all__ = [
     "mem_info",
     "memcpy",
     "memfill",
+    "memcpy_2d",
+    "memcpy_3d",
+    "memfill_2d",
     "memory_connection",
     "on_shutdown",
     "platforms",

@@ -49,7 +49,7 @@ from .errors import (
 PROJECT = "pyoffload"
 ENTRY_POINT_GROUP = "pyoffload.plugins"
 
-HOOK_API: tuple[int, int] = (1, 1)
+HOOK_API: tuple[int, int] = (1, 2)
 """The hook contract's version ``(major, minor)``.  A plugin sets ``HOOK_API`` in its module to the
 version it was written for; a plugin of another major version, or of a newer minor version than
 this runtime's, is listed by ``pyoffload plugins`` with the reason and not loaded.  Minor versions

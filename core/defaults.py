@@ -42,6 +42,28 @@ def data_lock_impl(device: Any, ptr: int, size: int) -> int:
 
 
 @hookimpl(trylast=True)
+def memcpy_rect_impl(
+    device: Any,
+    queue: Any,
+    dst: int | memoryview,
+    dst_pitch: int,
+    dst_slice_pitch: int,
+    src: int | memoryview,
+    src_pitch: int,
+    src_slice_pitch: int,
+    width: int,
+    height: int,
+    depth: int,
+) -> None:
+    raise UnsupportedError("this backend has no 2D/3D copy: copied row by row")
+
+
+@hookimpl(trylast=True)
+def memfill_rect_impl(device: Any, queue: Any, ptr: int, pitch: int, pattern: bytes, width: int, height: int) -> None:
+    raise UnsupportedError("this backend has no 2D fill: filled row by row")
+
+
+@hookimpl(trylast=True)
 def data_unlock_impl(device: Any, ptr: int) -> None:
     return None
 

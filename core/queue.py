@@ -24,7 +24,7 @@ from .memory import Allocation, allocate, claim, release, unclaim
 from .program import Kernel
 from .memory_pool import check_pool
 from .queue_core import Marker, QueueCore, users_of, waiter
-from .transfer import memcpy, memfill
+from .transfer import memcpy, memcpy_2d, memcpy_3d, memfill, memfill_2d
 
 
 class Queue(QueueCore):
@@ -248,6 +248,41 @@ class Queue(QueueCore):
     def memfill(self, ptr: Any, pattern: Any, size: int | None = None) -> Event:
         """``pyoffload.memfill`` ordered on this queue."""
         return memfill(ptr, pattern, size, self)  # type: ignore[no-any-return]
+
+    def memcpy_2d(self, dst: Any, dst_pitch: int, src: Any, src_pitch: int, width: int, height: int) -> Event:
+        """``pyoffload.memcpy_2d`` ordered on this queue, as one operation."""
+        return memcpy_2d(dst, dst_pitch, src, src_pitch, width, height, self)  # type: ignore[no-any-return]
+
+    def memcpy_3d(
+        self,
+        dst: Any,
+        src: Any,
+        region: tuple[int, int, int],
+        *,
+        dst_pitch: int,
+        dst_slice_pitch: int,
+        src_pitch: int,
+        src_slice_pitch: int,
+        dst_origin: tuple[int, int, int] = (0, 0, 0),
+        src_origin: tuple[int, int, int] = (0, 0, 0),
+    ) -> Event:
+        """``pyoffload.memcpy_3d`` ordered on this queue, as one operation."""
+        return memcpy_3d(  # type: ignore[no-any-return]
+            dst,
+            src,
+            region,
+            dst_pitch=dst_pitch,
+            dst_slice_pitch=dst_slice_pitch,
+            src_pitch=src_pitch,
+            src_slice_pitch=src_slice_pitch,
+            dst_origin=dst_origin,
+            src_origin=src_origin,
+            queue=self,
+        )
+
+    def memfill_2d(self, ptr: Any, pitch: int, pattern: Any, width: int, height: int) -> Event:
+        """``pyoffload.memfill_2d`` ordered on this queue, as one operation."""
+        return memfill_2d(ptr, pitch, pattern, width, height, self)  # type: ignore[no-any-return]
 
     def alloc_async(
         self, size: int, kind: AllocKind = AllocKind.DEVICE, alignment: int | None = None, pool: Any = None

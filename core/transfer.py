@@ -24,6 +24,7 @@ fill touches records the operation as a user, and host buffers are held until it
 from __future__ import annotations
 
 import ctypes
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -434,6 +435,325 @@ def _fill_now(end: End, pat: bytes, size: int) -> None:
         return
     _record_use(end, queue, seq)
     queue.wait_until(seq)
+
+
+# ------------------------------------------------------------------------------------------
+# 2D and 3D copies and fills
+# ------------------------------------------------------------------------------------------
+
+
+class Rect:
+    """The geometry of a 2D or 3D copy: ``depth`` slices of ``height`` rows of ``width`` bytes,
+    each side with its row pitch and slice pitch (both in bytes), counted from the region's
+    first byte (the origin is already applied to the ends)."""
+
+    __slots__ = ("width", "height", "depth", "dst_pitch", "dst_slice", "src_pitch", "src_slice")
+
+    def __init__(
+        self, width: int, height: int, depth: int, dst_pitch: int, dst_slice: int, src_pitch: int, src_slice: int
+    ) -> None:
+        self.width, self.height, self.depth = width, height, depth
+        self.dst_pitch, self.dst_slice, self.src_pitch, self.src_slice = dst_pitch, dst_slice, src_pitch, src_slice
+
+    def rows(self) -> list[tuple[int, int]]:
+        """Each row's (dst offset, src offset) from the region's first byte, in order."""
+        return [
+            (z * self.dst_slice + y * self.dst_pitch, z * self.src_slice + y * self.src_pitch)
+            for z in range(self.depth)
+            for y in range(self.height)
+        ]
+
+
+def _extent(pitch: int, slice_pitch: int, width: int, height: int, depth: int) -> int:
+    """Bytes from a region's first byte to one past its last: the last row's end."""
+    return (depth - 1) * slice_pitch + (height - 1) * pitch + width
+
+
+def _origin(value: Any, what: str) -> tuple[int, int, int]:
+    if not isinstance(value, (tuple, list)):
+        raise TypeError(f"{what} must be a tuple (x in bytes, y in rows, z in slices), got {got(value)}")
+    if len(value) != 3:
+        raise InvalidArgumentError(f"{what} must have 3 entries (x in bytes, y in rows, z in slices), got {value!r}")
+    x, y, z = (check_size(v, f"{what}[{i}]", allow_zero=True) for i, v in enumerate(value))
+    return x, y, z
+
+
+def _place(
+    end: End, what: str, side: str, origin: tuple[int, int, int], pitch: int, slice_pitch: int, rect: tuple[int, ...]
+) -> End:
+    """Check one side's layout against the region and its memory; the side moved to the
+    region's first byte.  The one check of a 2D or 3D layout (copies and fills)."""
+    width, height, depth = rect
+    if pitch < width:
+        raise InvalidSizeError(f"{what} {side} pitch {pitch} is less than the width {width}")
+    x, y, z = origin
+    if x + width > pitch:
+        raise InvalidSizeError(f"{what} {side} origin x {x} + width {width} is more than the {side} pitch {pitch}")
+    if depth > 1 or z:
+        if slice_pitch < pitch * height:
+            raise InvalidSizeError(
+                f"{what} {side} slice pitch {slice_pitch} is less than height {height} x {side} pitch {pitch}"
+            )
+        if slice_pitch % pitch:
+            raise InvalidSizeError(f"{what} {side} slice pitch {slice_pitch} is not a multiple of its pitch {pitch}")
+        if y + height > slice_pitch // pitch:
+            raise InvalidSizeError(
+                f"{what} {side} origin y {y} + height {height} is more than the {slice_pitch // pitch} rows of a slice"
+            )
+    first = z * slice_pitch + y * pitch + x
+    last = first + _extent(pitch, slice_pitch, width, height, depth)
+    if last > end.avail:
+        verb = "reads" if side == "src" else "writes"
+        raise InvalidSizeError(
+            f"{what} {verb} past the end of {side}: the region ends {last} bytes from the {side} pointer, "
+            f"{end.avail} bytes available"
+        )
+    return _sub(end, first) if first else end
+
+
+def _rows_overlap(d: End, s: End, r: Rect) -> bool:
+    """Whether a byte of the dst region is also a byte of the src region (same memory only):
+    rows of one may lie in the gaps between rows of the other, which is no overlap."""
+    if d.alloc is not s.alloc or (d.alloc is None and not (d.host_ok and s.host_ok)):
+        return False
+    d_len = _extent(r.dst_pitch, r.dst_slice, r.width, r.height, r.depth)
+    s_len = _extent(r.src_pitch, r.src_slice, r.width, r.height, r.depth)
+    if d.addr >= s.addr + s_len or s.addr >= d.addr + d_len:
+        return False
+    w = r.width
+    spans = sorted(
+        [(d.addr + do, 0) for do, _ in r.rows()] + [(s.addr + so, 1) for _, so in r.rows()],
+    )
+    reach = [-1, -1]  # the furthest end of a dst row and of a src row seen so far
+    for lo, side in spans:
+        if lo < reach[1 - side]:
+            return True
+        reach[side] = max(reach[side], lo + w)
+    return False
+
+
+def memcpy_2d(
+    dst: Any, dst_pitch: Any, src: Any, src_pitch: Any, width: Any, height: Any, queue: QueueCore | None = None
+) -> Any:
+    """Copy ``height`` rows of ``width`` bytes from ``src`` to ``dst``; row ``i`` starts
+    ``i * src_pitch`` bytes after ``src`` and ``i * dst_pitch`` bytes after ``dst`` (UR's
+    ``urEnqueueUSMMemcpy2D``, CUDA's ``cuMemcpy2DAsync``: the parameters in that order).  An
+    offset into the memory is a pointer into it (``alloc.ptr + offset``) or a slice of a host
+    buffer.  Without a queue the copy has completed when this returns; with one it is ordered
+    there as one operation and its Event is returned."""
+    return memcpy_3d(
+        dst,
+        src,
+        (width, height, 1),
+        dst_pitch=dst_pitch,
+        dst_slice_pitch=None,
+        src_pitch=src_pitch,
+        src_slice_pitch=None,
+        queue=queue,
+        what="memcpy_2d",
+    )
+
+
+def memcpy_3d(
+    dst: Any,
+    src: Any,
+    region: Any,
+    *,
+    dst_pitch: Any,
+    dst_slice_pitch: Any,
+    src_pitch: Any,
+    src_slice_pitch: Any,
+    dst_origin: Any = (0, 0, 0),
+    src_origin: Any = (0, 0, 0),
+    queue: QueueCore | None = None,
+    what: str = "memcpy_3d",
+) -> Any:
+    """Copy a box of ``region = (width in bytes, height in rows, depth in slices)`` from ``src`` to
+    ``dst``, each side laid out with its row pitch and slice pitch in bytes and starting at its
+    origin ``(x in bytes, y in rows, z in slices)`` (UR's ``urEnqueueMemBufferCopyRect``,
+    OpenCL's ``clEnqueueCopyBufferRect``, CUDA's ``cuMemcpy3DAsync`` with ``srcHeight = slice
+    pitch / pitch``).  A slice pitch must be a multiple of its pitch and hold the region's rows
+    from the origin on; the two regions must not overlap.  Queued and synchronous as
+    :func:`memcpy_2d`."""
+    if not isinstance(region, (tuple, list)):
+        raise TypeError(f"{what} region must be a tuple (width in bytes, height, depth), got {got(region)}")
+    if len(region) != 3:
+        raise InvalidArgumentError(f"{what} region must have 3 entries (width in bytes, height, depth), got {region!r}")
+    width = check_size(region[0], f"{what} width")
+    height = check_size(region[1], f"{what} height")
+    depth = check_size(region[2], f"{what} depth")
+    dp = check_size(dst_pitch, f"{what} dst pitch")
+    sp = check_size(src_pitch, f"{what} src pitch")
+    # A 2D copy has one slice: its slice pitch is the rows it spans (never used as a stride).
+    ds = dp * height if dst_slice_pitch is None else check_size(dst_slice_pitch, f"{what} dst slice pitch")
+    ss = sp * height if src_slice_pitch is None else check_size(src_slice_pitch, f"{what} src slice pitch")
+    d_origin = _origin(dst_origin, f"{what} dst_origin")
+    s_origin = _origin(src_origin, f"{what} src_origin")
+    d = resolve(dst, f"{what} dst", True)
+    s = resolve(src, f"{what} src", False)
+    shape = (width, height, depth)
+    d = _place(d, what, "dst", d_origin, dp, ds, shape)
+    s = _place(s, what, "src", s_origin, sp, ss, shape)
+    r = Rect(width, height, depth, dp, ds, sp, ss)
+    if _rows_overlap(d, s, r):
+        raise InvalidArgumentError(f"{what}: the src and dst regions overlap (a byte of one is a byte of the other)")
+    if queue is None:
+        if d.alloc is not None and d.alloc.users or s.alloc is not None and s.alloc.users:
+            _wait_for_users(d, s)
+        _rect_now(d, s, r)
+        return None
+    native = _check_queue(queue, d, s, what)
+    if native and not (d.host_ok and s.host_ok):
+        seq, done = _rect_on(queue, d, s, r)
+        if done == height * depth:
+            return queue.event_for(seq)  # type: ignore[attr-defined]
+        rest = r.rows()[done:]
+        return _as_host_function(queue, lambda: _rows_now(d, s, rest, width), d, s)
+    return _as_host_function(queue, lambda: _rect_now(d, s, r), d, s)
+
+
+def _rect_side(queue: QueueCore, end: End, size: int) -> Any:
+    """One side as ``memcpy_rect_impl`` takes it: an address of memory of the queue's device or
+    a view of host memory (``size`` bytes); ``None`` otherwise (memory of another device goes
+    row by row, through ``data_exchange_impl`` and its connection rules)."""
+    if end.host_ok:
+        return _host(end, size)
+    if end.device is queue.device and end.ctx is queue.context:
+        return end.addr
+    return None
+
+
+def _rect_on(queue: QueueCore, d: End, s: End, r: Rect) -> tuple[int, int]:
+    """Enqueue the copy on ``queue`` (of a context of the memory): in one ``memcpy_rect_impl``
+    where the backend has it, else row by row through the 1-D copy (``_copy_on``).  Returns the
+    last operation's sequence number and how many rows were enqueued (all, or those before the
+    first row that has to be staged: the caller does the rest on the host)."""
+    if not queue.device.host_memory and not (d.host_ok and s.host_ok):
+        dst = _rect_side(queue, d, _extent(r.dst_pitch, r.dst_slice, r.width, r.height, r.depth))
+        src = _rect_side(queue, s, _extent(r.src_pitch, r.src_slice, r.width, r.height, r.depth))
+        if dst is not None and src is not None:
+            hold = tuple(v for v in (dst, src) if type(v) is not int) or None
+            args = (queue.dh, queue.handle, dst, r.dst_pitch, r.dst_slice, src, r.src_pitch, r.src_slice)
+            try:
+                seq = queue.enqueue(
+                    "memcpy_rect_impl",
+                    (*args, r.width, r.height, r.depth),
+                    hold,
+                    fallback=lambda: _rect_now(d, s, r),
+                )
+            except UnsupportedError:
+                pass  # no driver call for it: row by row
+            else:
+                _record_use(d, queue, seq)
+                _record_use(s, queue, seq)
+                return seq, r.height * r.depth
+    seq = 0
+    rows = r.rows()
+    for i, (do, so) in enumerate(rows):
+        got_seq = _copy_on(queue, _sub(d, do), _sub(s, so), r.width)
+        if got_seq is None:
+            return seq, i
+        seq = got_seq
+    return seq, len(rows)
+
+
+def _rect_now(d: End, s: End, r: Rect) -> None:
+    """The synchronous copy: ``memmove`` row by row between host memory, else enqueued on the
+    owning context's internal queue and waited for once (rows that need staging after that)."""
+    if d.host_ok and s.host_ok:
+        _rows_now(d, s, r.rows(), r.width)
+        return
+    owner = d if not d.host_ok else s
+    assert owner.ctx is not None and owner.device is not None
+    queue = owner.ctx.internal_queue(owner.device)
+    seq, done = _rect_on(queue, d, s, r)
+    if seq:
+        queue.wait_until(seq)
+    _rows_now(d, s, r.rows()[done:], r.width)
+
+
+def _rows_now(d: End, s: End, rows: list[tuple[int, int]], width: int) -> None:
+    """Copy the given rows one by one, synchronously."""
+    if d.host_ok and s.host_ok:
+        for do, so in rows:
+            _memmove(d.addr + do, s.addr + so, width)
+        return
+    for do, so in rows:
+        _copy_now(_sub(d, do), _sub(s, so), width)
+
+
+def memfill_2d(ptr: Any, pitch: Any, pattern: Any, width: Any, height: Any, queue: QueueCore | None = None) -> Any:
+    """Fill ``height`` rows of ``width`` bytes, row ``i`` starting ``i * pitch`` bytes after
+    ``ptr``, with ``pattern`` repeated (UR's ``urEnqueueUSMFill2D``, CUDA's
+    ``cuMemsetD2D8/16/32Async``); ``width`` must be a multiple of the pattern's length.  Queued
+    and synchronous as :func:`memcpy_2d`."""
+    pat = pattern_bytes(pattern)
+    w = check_size(width, "memfill_2d width")
+    h = check_size(height, "memfill_2d height")
+    p = check_size(pitch, "memfill_2d pitch")
+    if w % len(pat):
+        raise InvalidSizeError(f"memfill_2d width {w} is not a multiple of the pattern length {len(pat)}")
+    end = _place(resolve(ptr, "memfill_2d dst", True), "memfill_2d", "dst", (0, 0, 0), p, p * h, (w, h, 1))
+    pat = narrowed(pat)
+    if queue is None:
+        if end.alloc is not None and end.alloc.users:
+            _wait_for_users(end)
+        _fill_rect_now(end, pat, p, w, h)
+        return None
+    native = _check_queue(queue, end, None, "memfill_2d")
+    if native and end.device is not None and not end.device.host_memory:
+        seq, done = _fill_rect_on(queue, end, pat, p, w, h)
+        if done == h:
+            return queue.event_for(seq)  # type: ignore[attr-defined]
+        rest = _sub(end, done * p)
+        return _as_host_function(queue, lambda: _fill_rect_now(rest, pat, p, w, h - done), end)
+    return _as_host_function(queue, lambda: _fill_rect_now(end, pat, p, w, h), end)
+
+
+def _fill_rect_on(queue: QueueCore, end: End, pat: bytes, pitch: int, width: int, height: int) -> tuple[int, int]:
+    """Enqueue the fill on ``queue`` (of the memory's context): one ``memfill_rect_impl`` where
+    the backend has it, else row by row with ``data_fill_impl``.  Returns the last operation's
+    sequence number and how many rows were enqueued (the rest the caller fills on the host)."""
+    try:
+        seq = queue.enqueue(
+            "memfill_rect_impl",
+            (queue.dh, queue.handle, end.addr, pitch, pat, width, height),
+            fallback=lambda: _fill_rect_now(end, pat, pitch, width, height),
+        )
+    except UnsupportedError:
+        pass  # no driver call for this pattern or layout: row by row
+    else:
+        _record_use(end, queue, seq)
+        return seq, height
+    seq = 0
+    for i in range(height):
+        row = _sub(end, i * pitch)
+        try:
+            seq = queue.enqueue(
+                "data_fill_impl",
+                (queue.dh, queue.handle, row.addr, pat, width),
+                fallback=functools.partial(_fill_now, row, pat, width),
+            )
+        except UnsupportedError:
+            return seq, i
+        _record_use(end, queue, seq)
+    return seq, height
+
+
+def _fill_rect_now(end: End, pat: bytes, pitch: int, width: int, height: int) -> None:
+    """The synchronous fill: on the host row by row, else enqueued on the internal queue of the
+    memory's context and waited for once (rows the device cannot fill after that)."""
+    if end.host_ok:
+        for i in range(height):
+            _host_fill(_host(_sub(end, i * pitch), width), pat)
+        return
+    assert end.ctx is not None and end.device is not None
+    queue = end.ctx.internal_queue(end.device)
+    seq, done = _fill_rect_on(queue, end, pat, pitch, width, height)
+    if seq:
+        queue.wait_until(seq)
+    for i in range(done, height):
+        _fill_now(_sub(end, i * pitch), pat, width)
 
 
 # ------------------------------------------------------------------------------------------

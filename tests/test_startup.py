@@ -80,7 +80,7 @@ def test_a_build_without_a_device_starts_no_runtime_and_imports_one_plugin():
 def test_names_of_the_backend_module_are_there_after_a_bare_import():
     code = textwrap.dedent("""
         import pyoffload
-        assert pyoffload.HOOK_API == (1, 1) and pyoffload.LocalMemory(8).size == 8
+        assert pyoffload.HOOK_API == (1, 2) and pyoffload.LocalMemory(8).size == 8
         assert pyoffload.backend.INFO_KEYS and "HOOK_API" in dir(pyoffload) and "backend" in dir(pyoffload)
         from pyoffload import LocalMemory, HOOK_API
     """)

@@ -126,6 +126,50 @@ def data_fill_impl(device: Any, queue: Any, ptr: int, pattern: bytes, size: int)
 
 
 @hookspec(firstresult=True)
+def memcpy_rect_impl(
+    device: Any,
+    queue: Any,
+    dst: int | memoryview,
+    dst_pitch: int,
+    dst_slice_pitch: int,
+    src: int | memoryview,
+    src_pitch: int,
+    src_slice_pitch: int,
+    width: int,
+    height: int,
+    depth: int,
+) -> None:
+    """*Optional.* (Hook API 1.2.)  Enqueue a copy of ``depth`` slices of ``height`` rows of
+    ``width`` bytes: row ``y`` of slice ``z`` starts ``z * slice_pitch + y * pitch`` bytes after
+    ``dst`` and ``src`` (``cuMemcpy3DAsync`` with ``srcHeight = src_slice_pitch // src_pitch``;
+    ``cuMemcpy2DAsync`` when ``depth`` is 1).
+
+    Each side is an ``int``, an address of memory of ``device`` in ``queue``'s context, or a
+    ``memoryview`` of host memory spanning the region from its first byte to its last (kept
+    alive and unchanged until the copy completes); at least one side is an address.  Copies
+    between two devices go row by row through ``data_exchange_impl``, never here.  The generic layer
+    has checked the layout: positive sizes, each pitch at least ``width``, each slice pitch a
+    multiple of its pitch and at least ``height`` times it, both regions inside their memory,
+    and no byte in both regions.  Raise ``UnsupportedError`` where the driver has no such call
+    for this pair or layout: the generic layer then copies row by row with the 1-D hooks, on the
+    same queue.  Must not block.  The default raises ``UnsupportedError``.
+    """
+
+
+@hookspec(firstresult=True)
+def memfill_rect_impl(device: Any, queue: Any, ptr: int, pitch: int, pattern: bytes, width: int, height: int) -> None:
+    """*Optional.* (Hook API 1.2.)  Enqueue a fill of ``height`` rows of ``width`` bytes, row ``y``
+    starting ``y * pitch`` bytes after the device address ``ptr``, with ``pattern`` repeated
+    (``cuMemsetD2D8/16/32Async``).
+
+    ``pattern`` is narrowed as for ``data_fill_impl``; ``width`` is a multiple of its length and
+    at most ``pitch``; the region lies inside one allocation.  Raise ``UnsupportedError`` for a
+    pattern or layout the driver cannot fill: the generic layer then fills row by row with
+    ``data_fill_impl``.  Must not block.  The default raises ``UnsupportedError``.
+    """
+
+
+@hookspec(firstresult=True)
 def data_lock_impl(device: Any, ptr: int, size: int) -> int:
     """*Optional.* Pin (page-lock) the host range ``[ptr, ptr + size)`` for ``device`` and return the
     device-accessible address of ``ptr``.

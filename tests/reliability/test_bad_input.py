@@ -545,6 +545,140 @@ ROWS: list[Row] = [
         lambda e: (lambda: pyoffload.memfill(0, b"\0", 8), "NULL"),
     ),
     Row(
+        "memcpy-2d-pitch-below-width",
+        InvalidSizeError,
+        Errc.INVALID_SIZE,
+        lambda e: (lambda: pyoffload.memcpy_2d(e.a, 8, e.buf, 64, 16, 2), "dst pitch 8 is less than the width 16"),
+    ),
+    Row(
+        "memcpy-2d-zero-height",
+        InvalidSizeError,
+        Errc.INVALID_SIZE,
+        lambda e: (lambda: pyoffload.memcpy_2d(e.a, 16, e.buf, 16, 16, 0), "height must be positive"),
+    ),
+    Row(
+        "memcpy-2d-negative-width",
+        InvalidSizeError,
+        Errc.INVALID_SIZE,
+        lambda e: (lambda: pyoffload.memcpy_2d(e.a, 16, e.buf, 16, -4, 2), "width must be positive"),
+    ),
+    Row(
+        "memcpy-2d-past-dst",
+        InvalidSizeError,
+        Errc.INVALID_SIZE,
+        lambda e: (lambda: pyoffload.memcpy_2d(e.a, 32, e.buf, 16, 16, 9), "ends 272 bytes"),
+    ),
+    Row(
+        "memcpy-2d-past-src",
+        InvalidSizeError,
+        Errc.INVALID_SIZE,
+        lambda e: (lambda: pyoffload.memcpy_2d(e.buf, 16, e.a.ptr + 200, 32, 16, 3), "reads past the end of src"),
+    ),
+    Row(
+        "memcpy-2d-null-dst",
+        InvalidArgumentError,
+        Errc.INVALID_NULL_POINTER,
+        lambda e: (lambda: pyoffload.memcpy_2d(0, 16, e.buf, 16, 16, 2), "NULL"),
+    ),
+    Row(
+        "memcpy-2d-regions-overlap",
+        InvalidArgumentError,
+        Errc.INVALID_ARGUMENT,
+        lambda e: (lambda: pyoffload.memcpy_2d(e.a.ptr + 8, 32, e.a, 32, 16, 4), "overlap"),
+    ),
+    Row(
+        "memcpy-2d-float-width",
+        TypeError,
+        None,
+        lambda e: (lambda: pyoffload.memcpy_2d(e.a, 16, e.buf, 16, 16.0, 2), "float"),
+    ),
+    Row(
+        "memcpy-3d-slice-pitch-not-multiple",
+        InvalidSizeError,
+        Errc.INVALID_SIZE,
+        lambda e: (
+            lambda: pyoffload.memcpy_3d(
+                e.a, e.buf, (8, 2, 2), dst_pitch=16, dst_slice_pitch=40, src_pitch=16, src_slice_pitch=32
+            ),
+            "not a multiple of its pitch",
+        ),
+    ),
+    Row(
+        "memcpy-3d-slice-pitch-too-small",
+        InvalidSizeError,
+        Errc.INVALID_SIZE,
+        lambda e: (
+            lambda: pyoffload.memcpy_3d(
+                e.a, e.buf, (8, 4, 2), dst_pitch=16, dst_slice_pitch=32, src_pitch=16, src_slice_pitch=64
+            ),
+            "slice pitch 32 is less than",
+        ),
+    ),
+    Row(
+        "memcpy-3d-origin-past-pitch",
+        InvalidSizeError,
+        Errc.INVALID_SIZE,
+        lambda e: (
+            lambda: pyoffload.memcpy_3d(
+                e.a,
+                e.buf,
+                (8, 2, 1),
+                dst_pitch=16,
+                dst_slice_pitch=32,
+                src_pitch=16,
+                src_slice_pitch=32,
+                dst_origin=(9, 0, 0),
+            ),
+            "origin x 9",
+        ),
+    ),
+    Row(
+        "memcpy-3d-region-not-a-tuple",
+        TypeError,
+        None,
+        lambda e: (
+            lambda: pyoffload.memcpy_3d(
+                e.a, e.buf, 64, dst_pitch=16, dst_slice_pitch=32, src_pitch=16, src_slice_pitch=32
+            ),
+            "region",
+        ),
+    ),
+    Row(
+        "memcpy-3d-region-of-two",
+        InvalidArgumentError,
+        Errc.INVALID_ARGUMENT,
+        lambda e: (
+            lambda: pyoffload.memcpy_3d(
+                e.a, e.buf, (8, 2), dst_pitch=16, dst_slice_pitch=32, src_pitch=16, src_slice_pitch=32
+            ),
+            "3 entries",
+        ),
+    ),
+    Row(
+        "memfill-2d-width-not-multiple",
+        InvalidSizeError,
+        Errc.INVALID_SIZE,
+        lambda e: (lambda: pyoffload.memfill_2d(e.a, 16, np.uint32(1), 6, 2), "multiple of the pattern"),
+    ),
+    Row(
+        "memfill-2d-pitch-below-width",
+        InvalidSizeError,
+        Errc.INVALID_SIZE,
+        lambda e: (lambda: pyoffload.memfill_2d(e.a, 4, b"\0", 8, 2), "pitch 4 is less than the width 8"),
+    ),
+    Row(
+        "memfill-2d-past-end",
+        InvalidSizeError,
+        Errc.INVALID_SIZE,
+        lambda e: (lambda: pyoffload.memfill_2d(e.a, 64, b"\0", 8, 5), "writes past the end"),
+    ),
+    Row(
+        "memfill-2d-null",
+        InvalidArgumentError,
+        Errc.INVALID_NULL_POINTER,
+        lambda e: (lambda: pyoffload.memfill_2d(0, 16, b"\0", 8, 2), "NULL"),
+    ),
+    Row(
         "prefetch-null",
         InvalidArgumentError,
         Errc.INVALID_NULL_POINTER,

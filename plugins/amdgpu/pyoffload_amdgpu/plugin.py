@@ -38,7 +38,7 @@ from pyoffload.backend import (
 from . import codeobject, conformance, driver, kernargs
 from .driver import call
 
-HOOK_API = (1, 1)  # the version of pyoffload's hook contract this backend implements
+HOOK_API = (1, 2)  # the version of pyoffload's hook contract this backend implements
 
 __all__ = ["HOOK_API"]
 
