@@ -44,7 +44,7 @@ from . import nvcc
 from .binding import driver_library, driver_mode, load_driver, translate
 from .images import ImageFormat, demangle, detect_format, image_symbols
 
-HOOK_API = (1, 1)  # the version of pyoffload's hook contract this backend implements (a literal, not an import)
+HOOK_API = (1, 2)  # the version of pyoffload's hook contract this backend implements (a literal, not an import)
 
 __all__ = ["HOOK_API"]
 
@@ -63,6 +63,7 @@ class CudaDevice:
         major, minor = self.dev.compute_capability()
         self.sm = major * 10 + minor
         self.warp = int(self.dev.get_attribute(cuda.device_attribute.WARP_SIZE))
+        self.max_pitch = int(self.dev.get_attribute(cuda.device_attribute.MAX_PITCH))
         self.ctx: Any = None
         self._lock = threading.Lock()
 
@@ -281,6 +282,54 @@ def data_fill_impl(device: CudaDevice, queue: CudaQueue, ptr: int, pattern: byte
         raise UnsupportedError(f"cuMemsetD* fills 1, 2 or 4 aligned bytes, not a {width}-byte pattern at 0x{ptr:x}")
     fill = {1: cuda.memset_d8_async, 2: cuda.memset_d16_async, 4: cuda.memset_d32_async}[width]
     call(device, f"filling {size} bytes", fill, ptr, int.from_bytes(pattern, "little"), size // width, queue.stream)
+
+
+@hookimpl
+def memcpy_rect_impl(
+    device: CudaDevice,
+    queue: CudaQueue,
+    dst: int | memoryview,
+    dst_pitch: int,
+    dst_slice_pitch: int,
+    src: int | memoryview,
+    src_pitch: int,
+    src_slice_pitch: int,
+    width: int,
+    height: int,
+    depth: int,
+) -> None:
+    cuda = device.cuda
+    if max(dst_pitch, src_pitch) > device.max_pitch:
+        raise UnsupportedError(f"cuMemcpy2D/3D take pitches up to {device.max_pitch} bytes")
+    copy = cuda.Memcpy2D() if depth == 1 else cuda.Memcpy3D()
+    if isinstance(src, int):
+        copy.set_src_device(src)
+    else:
+        copy.set_src_host(src)
+    if isinstance(dst, int):
+        copy.set_dst_device(dst)
+    else:
+        copy.set_dst_host(dst)
+    copy.src_pitch, copy.dst_pitch = src_pitch, dst_pitch
+    copy.width_in_bytes, copy.height = width, height
+    if depth > 1:  # CUDA_MEMCPY3D counts a slice in rows
+        copy.src_height, copy.dst_height = src_slice_pitch // src_pitch, dst_slice_pitch // dst_pitch
+        copy.depth = depth
+    call(device, f"copying a {width}x{height}x{depth} region", copy, queue.stream)
+
+
+@hookimpl
+def memfill_rect_impl(
+    device: CudaDevice, queue: CudaQueue, ptr: int, pitch: int, pattern: bytes, width: int, height: int
+) -> None:
+    cuda, unit = device.cuda, len(pattern)
+    if unit not in (1, 2, 4) or ptr % unit or pitch % unit or pitch > device.max_pitch:
+        raise UnsupportedError(f"cuMemsetD2D* fills 1, 2 or 4 aligned bytes, not a {unit}-byte pattern at 0x{ptr:x}")
+    fill = {1: cuda.memset_d2d8_async, 2: cuda.memset_d2d16_async, 4: cuda.memset_d2d32_async}[unit]
+    value = int.from_bytes(pattern, "little")
+    call(
+        device, f"filling {height} rows of {width} bytes", fill, ptr, pitch, value, width // unit, height, queue.stream
+    )
 
 
 def _libcuda(device: CudaDevice, name: str, *args: Any) -> None:

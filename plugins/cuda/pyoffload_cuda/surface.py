@@ -30,10 +30,27 @@ MODULE_FUNCTIONS: dict[str, list[Call]] = {
     "memset_d8_async": _n(4),
     "memset_d16_async": _n(4),
     "memset_d32_async": _n(4),
+    "memset_d2d8_async": _n(6),
+    "memset_d2d16_async": _n(6),
+    "memset_d2d32_async": _n(6),
     "module_from_buffer": _n(3),
 }
 
-CONSTRUCTORS: dict[str, list[Call]] = {"Device": _n(1), "Stream": _n(0), "Event": _n(1)}
+CONSTRUCTORS: dict[str, list[Call]] = {
+    "Device": _n(1),
+    "Stream": _n(0),
+    "Event": _n(1),
+    "Memcpy2D": _n(0),
+    "Memcpy3D": _n(0),
+}
+
+_RECT_SETTERS: dict[str, list[Call]] = {
+    "set_src_device": _n(1),
+    "set_src_host": _n(1),
+    "set_dst_device": _n(1),
+    "set_dst_host": _n(1),
+    "__call__": _n(1),  # with a stream: cuMemcpy2DAsync / cuMemcpy3DAsync
+}
 
 # Class-level calls (static methods in pycuda).
 CLASS_FUNCTIONS: dict[str, dict[str, list[Call]]] = {
@@ -58,6 +75,8 @@ INSTANCE_METHODS: dict[str, dict[str, list[Call]]] = {
     "HostAllocation": {"get_device_pointer": _n(0), "free": _n(0)},
     "ManagedAllocation": {"free": _n(0)},
     "Module": {"get_function": _n(1), "get_global": _n(1)},
+    "Memcpy2D": _RECT_SETTERS,
+    "Memcpy3D": _RECT_SETTERS,
     # prepared_async_call(grid, block, stream, *params, shared_size=...): one packed buffer or none.
     "Function": {
         "prepare": _n(1),
@@ -66,7 +85,13 @@ INSTANCE_METHODS: dict[str, dict[str, list[Call]]] = {
     },
 }
 
-PROPERTIES: dict[str, tuple[str, ...]] = {"Context": ("handle",), "Stream": ("handle",)}
+_RECT_2D = ("src_pitch", "dst_pitch", "width_in_bytes", "height")
+PROPERTIES: dict[str, tuple[str, ...]] = {
+    "Context": ("handle",),
+    "Stream": ("handle",),
+    "Memcpy2D": _RECT_2D,
+    "Memcpy3D": (*_RECT_2D, "src_height", "dst_height", "depth"),
+}
 
 CONSTANTS: dict[str, tuple[str, ...]] = {
     "host_alloc_flags": ("DEVICEMAP", "PORTABLE"),
@@ -78,6 +103,7 @@ CONSTANTS: dict[str, tuple[str, ...]] = {
         "MAX_THREADS_PER_BLOCK",
         "WARP_SIZE",
         "MAX_SHARED_MEMORY_PER_BLOCK",
+        "MAX_PITCH",
         "CLOCK_RATE",
         "UNIFIED_ADDRESSING",
         "MANAGED_MEMORY",

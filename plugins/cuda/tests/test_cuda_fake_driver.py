@@ -383,3 +383,74 @@ def test_the_pytest_plugin_fails_a_run_that_leaks(tmp_path):
     )
     assert "1 passed" in proc.stdout and proc.returncode == 1, proc.stdout + proc.stderr
     assert "fake CUDA driver" in proc.stdout and "leak:" in proc.stdout
+
+
+def test_2d_and_3d_copies_and_their_documented_errors(drv, ctxs):
+    """cuMemcpy2DAsync / cuMemcpy3DAsync as pycuda's Memcpy2D / Memcpy3D call them: rows land at
+    their pitches; a row past its pitch, rows past a slice, a pitch above
+    CU_DEVICE_ATTRIBUTE_MAX_PITCH and memory that is not there are CUDA_ERROR_INVALID_VALUE."""
+    ctxs[0].push()
+    stream = drv.Stream()
+    a = drv.mem_alloc(256)
+    drv.memset_d8(int(a), 0, 256)
+    src = np.arange(64, dtype=np.uint8)  # 4 rows of 16 bytes
+    c = drv.Memcpy2D()
+    c.set_src_host(src)
+    c.set_dst_device(int(a))
+    c.src_pitch, c.dst_pitch, c.width_in_bytes, c.height = 16, 32, 10, 4
+    c(stream)
+    stream.synchronize()
+    out = np.zeros(256, np.uint8)
+    drv.memcpy_dtoh(out, int(a))
+    expected = np.zeros(256, np.uint8)
+    for y in range(4):
+        expected[y * 32 : y * 32 + 10] = src[y * 16 : y * 16 + 10]
+    assert np.array_equal(out, expected)
+    c.dst_x_in_bytes = 23  # 23 + 10 > 32
+    with pytest.raises(drv.LogicError, match="invalid argument"):
+        c(stream)
+    c.dst_x_in_bytes, c.dst_pitch = 0, 2**31
+    with pytest.raises(drv.LogicError, match="invalid argument"):
+        c(stream)
+    c.dst_pitch, c.height = 32, 9  # 8 * 32 + 10 bytes > 256
+    with pytest.raises(drv.LogicError, match="invalid argument"):
+        c(stream)
+    box = drv.Memcpy3D()  # device to host: 2 slices of 2 rows
+    box.set_src_device(int(a))
+    back = np.zeros(2 * 2 * 8, np.uint8)
+    box.set_dst_host(back)
+    box.src_pitch, box.src_height, box.dst_pitch, box.dst_height = 32, 2, 8, 2
+    box.width_in_bytes, box.height, box.depth = 8, 2, 2
+    box(stream)
+    stream.synchronize()
+    assert np.array_equal(back.reshape(4, 8), expected.reshape(8, 32)[:4, :8])
+    box.height = 3  # 3 rows in slices of 2
+    with pytest.raises(drv.LogicError, match="invalid argument"):
+        box(stream)
+    assert {"cuMemcpy2DAsync", "cuMemcpy3DAsync"} <= drv.calls
+    a.free()
+    del stream
+    drv.Context.pop()
+
+
+def test_2d_memset_and_its_documented_errors(drv, ctxs):
+    ctxs[0].push()
+    stream = drv.Stream()
+    a = drv.mem_alloc(128)
+    drv.memset_d8(int(a), 0, 128)
+    drv.memset_d2d16_async(int(a) + 2, 32, 0xBEEF, 3, 4, stream)  # 4 rows of 3 elements
+    stream.synchronize()
+    out = np.zeros(128, np.uint8)
+    drv.memcpy_dtoh(out, int(a))
+    for y in range(4):
+        assert out[2 + y * 32 : 2 + y * 32 + 6].tobytes() == np.uint16(0xBEEF).tobytes() * 3
+        assert not out[8 + y * 32 : 32 + y * 32].any()
+    with pytest.raises(drv.LogicError, match="invalid argument"):
+        drv.memset_d2d32_async(int(a) + 2, 32, 1, 2, 2, stream)  # misaligned address
+    with pytest.raises(drv.LogicError, match="invalid argument"):
+        drv.memset_d2d8_async(int(a), 4, 1, 8, 2, stream)  # pitch below the row
+    with pytest.raises(drv.LogicError, match="invalid argument"):
+        drv.memset_d2d8_async(int(a), 64, 1, 8, 3, stream)  # 2 * 64 + 8 > 128
+    a.free()
+    del stream
+    drv.Context.pop()

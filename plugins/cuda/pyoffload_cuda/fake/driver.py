@@ -77,6 +77,7 @@ MAX_THREADS_PER_BLOCK = 1024
 MAX_BLOCK = (1024, 1024, 64)
 MAX_GRID = (2**31 - 1, 65535, 65535)
 MAX_SHARED_PER_BLOCK = 48 * 1024
+MAX_PITCH = 2**31 - 1  # CU_DEVICE_ATTRIBUTE_MAX_PITCH of current GPUs
 # How long work takes on the fake's timeline (seconds): a launch, plus what its emulation says;
 # a copy or fill.
 KERNEL_TIME = 20e-6
@@ -113,6 +114,7 @@ DEVICE_ATTRIBUTES = {
     "MAX_GRID_DIM_Y": 6,
     "MAX_GRID_DIM_Z": 7,
     "MAX_SHARED_MEMORY_PER_BLOCK": 8,
+    "MAX_PITCH": 11,
     "WARP_SIZE": 10,
     "CLOCK_RATE": 13,
     "MULTIPROCESSOR_COUNT": 16,
@@ -217,6 +219,8 @@ class FakeDriver:
         self.Stream = type("Stream", (_Stream,), {"_drv": drv})
         self.Event = type("Event", (_Event,), {"_drv": drv})
         self.Module = type("Module", (_Module,), {"_drv": drv})
+        self.Memcpy2D = type("Memcpy2D", (_Memcpy2D,), {"_drv": drv})
+        self.Memcpy3D = type("Memcpy3D", (_Memcpy3D,), {"_drv": drv})
         self.Function = type("Function", (_Function,), {"_drv": drv})
         self.DeviceAllocation = type("DeviceAllocation", (_DeviceAllocation,), {"_drv": drv})
         self.ManagedAllocation = type("ManagedAllocation", (_ManagedAllocation, self.DeviceAllocation), {"_drv": drv})
@@ -599,6 +603,109 @@ class FakeDriver:
     def memset_d32_async(self, dest: Any, data: int, size: int, stream: Any = None) -> None:
         self._memset(4, dest, data, size, stream, False)
 
+    def _memset_2d(
+        self, width: int, dest: Any, pitch: int, data: int, count: int, height: int, stream: Any, sync: bool
+    ) -> None:
+        """``cuMemsetD2D{8,16,32}[Async]``: ``height`` rows of ``count`` elements, ``pitch`` bytes
+        apart.  Documented: the address and the pitch aligned to the element size, the pitch at
+        least the row's bytes, else CUDA_ERROR_INVALID_VALUE."""
+        routine = f"cuMemsetD2D{8 * width}" + ("" if sync else "Async")
+        with self.lock:
+            ctx = self.current(routine)
+            self._stream_ctx(routine, stream, ctx)
+            pitch, count, height = int(pitch), int(count), int(height)
+            if int(dest) % width or pitch % width:
+                raise self.fail(
+                    self.LogicError,
+                    routine,
+                    INVALID_VALUE,
+                    f"0x{int(dest):x} or pitch {pitch} is not {width}-byte aligned",
+                    "misaligned",
+                )
+            row = count * width
+            if pitch < row or pitch > MAX_PITCH:
+                raise self.fail(self.LogicError, routine, INVALID_VALUE, f"pitch {pitch} for rows of {row} bytes")
+            if not height or not count:
+                return
+            region, off = self.resolve(routine, dest, (height - 1) * pitch + row, ctx)
+            fill = int(data).to_bytes(width, "little") * count
+
+            def op() -> None:
+                for y in range(height):
+                    region_view(region, off + y * pitch, row)[:] = fill
+
+            self._submit(routine, ctx, stream, op, sync)
+
+    def memset_d2d8_async(self, dest: Any, pitch: int, data: int, width: int, height: int, stream: Any = None) -> None:
+        self._memset_2d(1, dest, pitch, data, width, height, stream, False)
+
+    def memset_d2d16_async(self, dest: Any, pitch: int, data: int, width: int, height: int, stream: Any = None) -> None:
+        self._memset_2d(2, dest, pitch, data, width, height, stream, False)
+
+    def memset_d2d32_async(self, dest: Any, pitch: int, data: int, width: int, height: int, stream: Any = None) -> None:
+        self._memset_2d(4, dest, pitch, data, width, height, stream, False)
+
+    def _copy_rect(self, routine: str, c: Any, stream: Any, sync: bool) -> None:
+        """``cuMemcpy2D[Async]`` / ``cuMemcpy3D[Async]`` on a :class:`_Memcpy2D` description.
+        Documented errors, CUDA_ERROR_INVALID_VALUE: a pitch above CU_DEVICE_ATTRIBUTE_MAX_PITCH,
+        a row (``XInBytes + WidthInBytes``) longer than its pitch, (3D) rows beyond a slice's
+        height; and, as every copy, memory that is not there or not reachable."""
+        with self.lock:
+            ctx = self.current(routine)
+            self._stream_ctx(routine, stream, ctx)
+            width, height = int(c.width_in_bytes), int(c.height)
+            depth = int(c.depth) if c._3d else 1
+            sides: list[tuple[Any, int, list[int]]] = []
+            for side in ("src", "dst"):
+                where = c._ends.get(side)
+                if where is None:
+                    raise self.fail(self.LogicError, routine, INVALID_VALUE, f"no {side} memory set", "no-memory")
+                pitch, x, y = (
+                    int(getattr(c, f"{side}_pitch")),
+                    int(getattr(c, f"{side}_x_in_bytes")),
+                    int(getattr(c, f"{side}_y")),
+                )
+                rows = int(getattr(c, f"{side}_height")) if c._3d else max(height + y, 1)
+                z = int(getattr(c, f"{side}_z")) if c._3d else 0
+                if pitch > MAX_PITCH or x + width > pitch:
+                    raise self.fail(
+                        self.LogicError, routine, INVALID_VALUE, f"{side}: x {x} + width {width} > pitch {pitch}"
+                    )
+                if y + height > rows:
+                    raise self.fail(
+                        self.LogicError, routine, INVALID_VALUE, f"{side}: y {y} + height {height} > height {rows}"
+                    )
+                first = x + y * pitch + z * rows * pitch
+                offsets = [first + (k * rows + j) * pitch for k in range(depth) for j in range(height)]
+                extent = offsets[-1] + width if offsets else 0
+                kind, obj = where
+                if kind == "host":
+                    host = self._host_bytes(obj, routine, side == "dst")
+                    if extent > host.nbytes:
+                        raise self.fail(
+                            self.LogicError,
+                            routine,
+                            INVALID_VALUE,
+                            f"{side}: the region passes the host buffer",
+                            "overrun",
+                        )
+                    sides.append((host, 0, offsets))
+                else:
+                    region, off = self.resolve(routine, obj, max(extent, 1), ctx)
+                    sides.append((region, off, offsets))
+            (src, s_off, s_rows), (dst, d_off, d_rows) = sides
+            if isinstance(src, memoryview):  # pageable host memory is staged at the call
+                src = memoryview(bytes(src))
+
+            def view(where: Any, at: int) -> memoryview:
+                return where[at : at + width] if isinstance(where, memoryview) else region_view(where, at, width)
+
+            def op() -> None:
+                for so, do in zip(s_rows, d_rows, strict=True):
+                    view(dst, d_off + do)[:] = bytes(view(src, s_off + so))
+
+            self._submit(routine, ctx, stream, op, sync)
+
     # -- modules ------------------------------------------------------------------------------
 
     def _pick_symbols(self, image: bytes) -> FakeImage:
@@ -728,6 +835,7 @@ class _Device:
             7: MAX_GRID[2],
             8: MAX_SHARED_PER_BLOCK,
             10: 32,
+            11: MAX_PITCH,
             13: 1410000,
             16: 108,
             19: 1,
@@ -1097,6 +1205,70 @@ class _RegisteredHostMemory(_HostMemory):
 
     def free(self) -> None:  # pragma: no cover - pycuda's name is unregister()
         raise AttributeError("RegisteredHostMemory has unregister(), not free()")
+
+
+def _field(name: str) -> property:
+    """A read-write integer field of a copy description (pycuda's are properties too)."""
+
+    def get(self: Any) -> int:
+        return int(self._fields.get(name, 0))
+
+    def put(self: Any, value: Any) -> None:
+        self._fields[name] = int(value)
+
+    return property(get, put)
+
+
+class _Memcpy2D:
+    """pycuda's ``Memcpy2D``: a ``CUDA_MEMCPY2D`` filled in field by field, then called with a
+    stream (``cuMemcpy2DAsync``) or without (``cuMemcpy2DUnaligned``)."""
+
+    _drv: FakeDriver
+    _3d = False
+
+    src_x_in_bytes = _field("src_x_in_bytes")
+    src_y = _field("src_y")
+    src_pitch = _field("src_pitch")
+    dst_x_in_bytes = _field("dst_x_in_bytes")
+    dst_y = _field("dst_y")
+    dst_pitch = _field("dst_pitch")
+    width_in_bytes = _field("width_in_bytes")
+    height = _field("height")
+
+    def __init__(self) -> None:
+        self._fields: dict[str, int] = {}
+        self._ends: dict[str, tuple[str, Any]] = {}
+
+    def set_src_host(self, buffer: Any) -> None:
+        self._ends["src"] = ("host", buffer)
+
+    def set_src_device(self, ptr: Any) -> None:
+        self._ends["src"] = ("device", int(ptr))
+
+    def set_dst_host(self, buffer: Any) -> None:
+        self._ends["dst"] = ("host", buffer)
+
+    def set_dst_device(self, ptr: Any) -> None:
+        self._ends["dst"] = ("device", int(ptr))
+
+    def __call__(self, stream: Any = None) -> None:
+        name = "cuMemcpy3D" if self._3d else "cuMemcpy2D"
+        if isinstance(stream, _Stream):
+            self._drv._copy_rect(f"{name}Async", self, stream, False)
+        else:  # pycuda's optional ``aligned`` flag in this position
+            self._drv._copy_rect(name if self._3d or stream else f"{name}Unaligned", self, None, True)
+
+
+class _Memcpy3D(_Memcpy2D):
+    """pycuda's ``Memcpy3D`` (``CUDA_MEMCPY3D``): slices of ``src_height``/``dst_height`` rows."""
+
+    _3d = True
+
+    src_z = _field("src_z")
+    src_height = _field("src_height")
+    dst_z = _field("dst_z")
+    dst_height = _field("dst_height")
+    depth = _field("depth")
 
 
 class _Module:
