@@ -292,6 +292,43 @@ def data_exchange_impl(
 
 
 @hookimpl
+def memcpy_rect_impl(
+    device: HipDevice,
+    queue: HipQueue,
+    dst: int | memoryview,
+    dst_pitch: int,
+    dst_slice_pitch: int,
+    src: int | memoryview,
+    src_pitch: int,
+    src_slice_pitch: int,
+    width: int,
+    height: int,
+    depth: int,
+) -> None:
+    if depth != 1:  # hipMemcpy3DAsync takes hipMemcpy3DParms structures: the generic layer goes row by row
+        raise UnsupportedError("3D copies go row by row on this backend")
+    hip = _hip()
+    kinds = hip.hipMemcpyKind
+    if isinstance(src, memoryview):
+        kind = kinds.hipMemcpyHostToDevice
+    elif isinstance(dst, memoryview):
+        kind = kinds.hipMemcpyDeviceToHost
+    else:
+        kind = kinds.hipMemcpyDeviceToDevice
+    call(hip, hip.hipMemcpy2DAsync, dst, dst_pitch, src, src_pitch, width, height, kind, queue.stream)
+
+
+@hookimpl
+def memfill_rect_impl(
+    device: HipDevice, queue: HipQueue, ptr: int, pitch: int, pattern: bytes, width: int, height: int
+) -> None:
+    if len(pattern) != 1:
+        raise UnsupportedError("hipMemset2DAsync sets bytes only")
+    hip = _hip()
+    call(hip, hip.hipMemset2DAsync, ptr, pitch, pattern[0], width, height, queue.stream)
+
+
+@hookimpl
 def data_fill_impl(device: HipDevice, queue: HipQueue, ptr: int, pattern: bytes, size: int) -> None:
     hip = _hip()
     width = len(pattern)  # the generic layer narrowed it to its shortest repeating unit

@@ -140,6 +140,40 @@ def test_fill_uses_the_memset_of_the_patterns_width(backend):
     P.data_free_impl((d0,), d0, ptr, AllocKind.DEVICE)
 
 
+def test_rect_copy_and_fill_use_hip_2d_calls(backend):
+    """A 2D copy is one hipMemcpy2DAsync, a byte fill one hipMemset2DAsync; 3D copies and wider
+    patterns are UNSUPPORTED (the generic layer goes row by row); the fake refuses a width above
+    a pitch as HIP documents (hipErrorInvalidPitchValue)."""
+    fake, (d0, _) = backend
+    queue = _queue(d0)
+    ptr = P.data_alloc_impl((d0,), d0, 128, AllocKind.DEVICE)
+    _write(d0, queue, ptr, np.zeros(128, np.uint8))
+    src = np.arange(40, dtype=np.uint8)  # 4 rows of 10 bytes
+    P.memcpy_rect_impl(d0, queue, ptr, 32, 128, memoryview(src), 10, 40, 6, 4, 1)
+    P.memfill_rect_impl(d0, queue, ptr + 8, 32, b"\x07", 3, 4)
+    out = _read(d0, queue, ptr, np.uint8, 128).reshape(4, 32)
+    assert np.array_equal(out[:, :6], src.reshape(4, 10)[:, :6])
+    assert (out[:, 6:8] == 0).all() and (out[:, 8:11] == 7).all() and (out[:, 11:] == 0).all()
+    back = np.zeros(24, np.uint8)
+    P.memcpy_rect_impl(d0, queue, memoryview(back), 6, 24, ptr, 32, 128, 6, 4, 1)
+    P.queue_synchronize_impl(d0, queue)
+    assert np.array_equal(back.reshape(4, 6), out[:, :6])
+    assert fake.calls["hipMemcpy2DAsync"] == 2 and fake.calls["hipMemset2DAsync"] == 1
+    with pytest.raises(UnsupportedError):
+        P.memcpy_rect_impl(d0, queue, ptr, 32, 64, memoryview(src), 10, 20, 6, 2, 2)
+    with pytest.raises(UnsupportedError):
+        P.memfill_rect_impl(d0, queue, ptr, 32, b"\x01\x02", 4, 2)
+    hip = fake
+    assert hip.hipMemcpy2DAsync(ptr, 4, src, 10, 6, 2, hip.hipMemcpyKind.hipMemcpyHostToDevice, None)[0] == (
+        hip.hipError_t.hipErrorInvalidPitchValue
+    )
+    assert hip.hipMemset2DAsync(ptr, 4, 0, 6, 2, None)[0] == hip.hipError_t.hipErrorInvalidValue
+    assert [v.split(":")[0] for v in fake.violations] == ["hipMemcpy2DAsync", "hipMemset2DAsync"]
+    fake.violations.clear()  # the two misuses above were on purpose
+    P.queue_destroy_impl(d0, queue)
+    P.data_free_impl((d0,), d0, ptr, AllocKind.DEVICE)
+
+
 def test_lock_returns_the_device_pointer_hip_gives(monkeypatch):
     with fake_backend(monkeypatch, separate_register_alias=True) as (fake, (d0, _)):
         buf = np.zeros(256, np.uint8)

@@ -664,6 +664,64 @@ class FakeHip:
     ) -> tuple[E]:
         return self._peer_copy("hipMemcpyPeerAsync", dst, dstDeviceId, src, srcDevice, sizeBytes, stream)
 
+    @staticmethod
+    def _at(pointer: Any, offset: int) -> Any:
+        """``offset`` bytes into a pointer or a host buffer."""
+        if isinstance(pointer, (int, FakePointer)):
+            return int(pointer) + offset
+        return memoryview(pointer).cast("B")[offset:]
+
+    def hipMemcpy2DAsync(  # noqa: N802 - hip-python's name
+        self, dst: Any, dpitch: int, src: Any, spitch: int, width: int, height: int, kind: Any, stream: Any
+    ) -> tuple[E]:
+        """``height`` rows of ``width`` bytes.  Documented: hipErrorInvalidPitchValue for a width
+        above either pitch; each row's memory checked as a 1-D copy's is."""
+        name = "hipMemcpy2DAsync"
+        self._count(name)
+        dpitch, spitch, width, height = int(dpitch), int(spitch), int(width), int(height)
+        try:
+            if width > dpitch or width > spitch:
+                raise Fault(E.hipErrorInvalidPitchValue, f"{name}: width {width} exceeds a pitch ({dpitch}, {spitch})")
+            fake_stream = self._stream(stream, name)
+            rows = [
+                self._copy_op(self._at(dst, y * dpitch), self._at(src, y * spitch), width, kind, name)
+                for y in range(height)
+            ]
+        except Fault as fault:
+            return (self._fault(fault),)
+
+        def copy() -> None:
+            for row in rows:
+                row()
+
+        self._submit(fake_stream, copy)
+        return (E.hipSuccess,)
+
+    def hipMemset2DAsync(  # noqa: N802
+        self, dst: Any, pitch: int, value: int, width: int, height: int, stream: Any
+    ) -> tuple[E]:
+        """``height`` rows of ``width`` bytes set to the byte ``value``; hipErrorInvalidValue for a
+        width above the pitch or memory that is not there."""
+        name = "hipMemset2DAsync"
+        self._count(name)
+        pitch, width, height = int(pitch), int(width), int(height)
+        byte = (int(value) & 0xFF).to_bytes(1, "little")
+        try:
+            if width > pitch:
+                raise Fault(E.hipErrorInvalidValue, f"{name}: width {width} exceeds the pitch {pitch}")
+            fake_stream = self._stream(stream, name)
+            for y in range(height):
+                self.space.device_view(int(dst) + y * pitch, width, None, self.peers, name)
+        except Fault as fault:
+            return (self._fault(fault),)
+
+        def fill() -> None:
+            for y in range(height):
+                self.space.device_view(int(dst) + y * pitch, width, None, self.peers, name)[:] = byte * width
+
+        self._submit(fake_stream, fill)
+        return (E.hipSuccess,)
+
     def _memset(self, name: str, dest: Any, value: int, count: int, width: int, stream: Any, sync: bool) -> tuple[E]:
         self._count(name)
         size = int(count) * width

@@ -16,6 +16,7 @@ class hipError_t(enum.IntEnum):  # noqa: N801 - hip-python's spelling
     hipErrorOutOfMemory = 2
     hipErrorNotInitialized = 3
     hipErrorInvalidConfiguration = 9
+    hipErrorInvalidPitchValue = 12
     hipErrorInvalidDevicePointer = 17
     hipErrorInvalidMemcpyDirection = 21
     hipErrorInvalidDeviceFunction = 98
