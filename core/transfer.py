@@ -541,17 +541,7 @@ def memcpy_2d(
     offset into the memory is a pointer into it (``alloc.ptr + offset``) or a slice of a host
     buffer.  Without a queue the copy has completed when this returns; with one it is ordered
     there as one operation and its Event is returned."""
-    return memcpy_3d(
-        dst,
-        src,
-        (width, height, 1),
-        dst_pitch=dst_pitch,
-        dst_slice_pitch=None,
-        src_pitch=src_pitch,
-        src_slice_pitch=None,
-        queue=queue,
-        what="memcpy_2d",
-    )
+    return _copy_rect("memcpy_2d", dst, src, (width, height, 1), dst_pitch, None, src_pitch, None, None, None, queue)
 
 
 def memcpy_3d(
@@ -566,7 +556,6 @@ def memcpy_3d(
     dst_origin: Any = (0, 0, 0),
     src_origin: Any = (0, 0, 0),
     queue: QueueCore | None = None,
-    what: str = "memcpy_3d",
 ) -> Any:
     """Copy a box of ``region = (width in bytes, height in rows, depth in slices)`` from ``src`` to
     ``dst``, each side laid out with its row pitch and slice pitch in bytes and starting at its
@@ -575,6 +564,36 @@ def memcpy_3d(
     pitch / pitch``).  A slice pitch must be a multiple of its pitch and hold the region's rows
     from the origin on; the two regions must not overlap.  Queued and synchronous as
     :func:`memcpy_2d`."""
+    return _copy_rect(
+        "memcpy_3d",
+        dst,
+        src,
+        region,
+        dst_pitch,
+        dst_slice_pitch,
+        src_pitch,
+        src_slice_pitch,
+        dst_origin,
+        src_origin,
+        queue,
+    )
+
+
+def _copy_rect(
+    what: str,
+    dst: Any,
+    src: Any,
+    region: Any,
+    dst_pitch: Any,
+    dst_slice_pitch: Any,
+    src_pitch: Any,
+    src_slice_pitch: Any,
+    dst_origin: Any,
+    src_origin: Any,
+    queue: QueueCore | None,
+) -> Any:
+    """``memcpy_2d`` and ``memcpy_3d``, named ``what`` in errors.  A 2D copy passes ``None`` for
+    the slice pitches and origins: one slice, from each pointer."""
     if not isinstance(region, (tuple, list)):
         raise TypeError(f"{what} region must be a tuple (width in bytes, height, depth), got {got(region)}")
     if len(region) != 3:
@@ -587,8 +606,8 @@ def memcpy_3d(
     # A 2D copy has one slice: its slice pitch is the rows it spans (never used as a stride).
     ds = dp * height if dst_slice_pitch is None else check_size(dst_slice_pitch, f"{what} dst slice pitch")
     ss = sp * height if src_slice_pitch is None else check_size(src_slice_pitch, f"{what} src slice pitch")
-    d_origin = _origin(dst_origin, f"{what} dst_origin")
-    s_origin = _origin(src_origin, f"{what} src_origin")
+    d_origin = (0, 0, 0) if dst_origin is None else _origin(dst_origin, f"{what} dst_origin")
+    s_origin = (0, 0, 0) if src_origin is None else _origin(src_origin, f"{what} src_origin")
     d = resolve(dst, f"{what} dst", True)
     s = resolve(src, f"{what} src", False)
     shape = (width, height, depth)
