@@ -541,7 +541,9 @@ def memcpy_2d(
     offset into the memory is a pointer into it (``alloc.ptr + offset``) or a slice of a host
     buffer.  Without a queue the copy has completed when this returns; with one it is ordered
     there as one operation and its Event is returned."""
-    return _copy_rect("memcpy_2d", dst, src, (width, height, 1), dst_pitch, None, src_pitch, None, None, None, queue)
+    return _copy_rect(
+        "memcpy_2d", dst, src, (width, height, 1), dst_pitch, None, src_pitch, None, None, None, queue, flat=True
+    )
 
 
 def memcpy_3d(
@@ -591,9 +593,10 @@ def _copy_rect(
     dst_origin: Any,
     src_origin: Any,
     queue: QueueCore | None,
+    flat: bool = False,
 ) -> Any:
-    """``memcpy_2d`` and ``memcpy_3d``, named ``what`` in errors.  A 2D copy passes ``None`` for
-    the slice pitches and origins: one slice, from each pointer."""
+    """``memcpy_2d`` and ``memcpy_3d``, named ``what`` in errors.  ``flat`` (``memcpy_2d``): one
+    slice from each pointer, the slice pitches and origins unused."""
     if not isinstance(region, (tuple, list)):
         raise TypeError(f"{what} region must be a tuple (width in bytes, height, depth), got {got(region)}")
     if len(region) != 3:
@@ -604,10 +607,10 @@ def _copy_rect(
     dp = check_size(dst_pitch, f"{what} dst pitch")
     sp = check_size(src_pitch, f"{what} src pitch")
     # A 2D copy has one slice: its slice pitch is the rows it spans (never used as a stride).
-    ds = dp * height if dst_slice_pitch is None else check_size(dst_slice_pitch, f"{what} dst slice pitch")
-    ss = sp * height if src_slice_pitch is None else check_size(src_slice_pitch, f"{what} src slice pitch")
-    d_origin = (0, 0, 0) if dst_origin is None else _origin(dst_origin, f"{what} dst_origin")
-    s_origin = (0, 0, 0) if src_origin is None else _origin(src_origin, f"{what} src_origin")
+    ds = dp * height if flat else check_size(dst_slice_pitch, f"{what} dst slice pitch")
+    ss = sp * height if flat else check_size(src_slice_pitch, f"{what} src slice pitch")
+    d_origin = (0, 0, 0) if flat else _origin(dst_origin, f"{what} dst_origin")
+    s_origin = (0, 0, 0) if flat else _origin(src_origin, f"{what} src_origin")
     d = resolve(dst, f"{what} dst", True)
     s = resolve(src, f"{what} src", False)
     shape = (width, height, depth)

@@ -328,6 +328,10 @@ def test_rect_errors(device, queue):
     with pytest.raises(TypeError):
         pyoffload.memcpy_3d(d, host, 16, **kw)
     with pytest.raises(TypeError):
+        pyoffload.memcpy_3d(d, host, (16, 4, 1), **{**kw, "src_slice_pitch": None})
+    with pytest.raises(TypeError):
+        pyoffload.memcpy_3d(d, host, (16, 4, 1), **kw, dst_origin=0)
+    with pytest.raises(TypeError):
         pyoffload.memcpy_2d(d, 16, host, 16, 16, 2, queue="q")
     assert np.array_equal(read(d, np.uint8, 256), np.zeros(256, np.uint8))  # nothing written
     queue.wait()  # nothing was enqueued that could fail
