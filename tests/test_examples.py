@@ -5,6 +5,7 @@ devices of the other two ranks (their host and PoCL devices) are remote devices 
 
 from __future__ import annotations
 
+import gc
 import sys
 from pathlib import Path
 
@@ -85,6 +86,28 @@ def test_mismatched_operands_are_refused(device: pyoffload.Device) -> None:
         other = _device(next(i for i in DEVICES if i != device.id))
         with pytest.raises(ValueError, match=r"\.to\(\)"):
             a + arraylib.asarray(np.zeros(4, dtype=np.float32), other)
+
+
+def test_2d_slices_are_one_device_copy(device: pyoffload.Device) -> None:
+    host = np.arange(7 * 9, dtype=np.float32).reshape(7, 9)
+    a = arraylib.asarray(host, device)
+    for rows, cols in [(slice(1, 5), slice(2, 8)), (slice(None), slice(0, 1)), (slice(6, 7), slice(None))]:
+        np.testing.assert_array_equal(a[rows, cols].numpy(), host[rows, cols])
+    assert a[3:3, 0:4].shape == (0, 4)
+    with pytest.raises(ValueError):
+        a[::2, :]
+
+
+def test_arrays_come_from_arraylibs_own_pool(device: pyoffload.Device) -> None:
+    pool = arraylib.memory_pool(device)
+    gc.collect()  # arrays of earlier tests: freed now, not during this one
+    before = pool.stats().allocations
+    a = arraylib.asarray(np.ones(1000, dtype=np.float32), device)
+    with_a = pool.stats()
+    assert with_a.allocations == before + 1 and pool.created
+    assert pyoffload.mem_info(a.alloc.ptr).allocation is a.alloc
+    del a  # freed in the queue's order, back to arraylib's pool
+    assert pool.stats().in_use_bytes == with_a.in_use_bytes - 4096
 
 
 def test_every_device_of_the_covered_backends_is_tested() -> None:

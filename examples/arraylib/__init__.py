@@ -8,6 +8,9 @@ those devices of other MPI ranks (pyoffload-mpi).
     import numpy as np, arraylib
     a = arraylib.asarray(np.arange(4, dtype=np.float32))
     (a * a + a).numpy()        # array([ 0.,  2.,  6., 12.], dtype=float32)
+
+Device memory comes from a pool of arraylib's own per device (``memory_pool(device)``: its
+statistics, ``trim()``, a limit), as CuPy keeps its own memory pool.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import numpy as np
 import pyoffload
 from pyoffload import AllocKind, LocalMemory
 
-__all__ = ["BACKENDS", "Array", "asarray", "empty", "source_backend"]
+__all__ = ["BACKENDS", "Array", "asarray", "empty", "memory_pool", "source_backend"]
 
 # Kernel sources by backend; both declare the same kernels with the same parameters.
 _SOURCES = {"host": "kernels.c", "opencl": "kernels.cl"}
@@ -41,7 +44,8 @@ def source_backend(device: pyoffload.Device) -> str:
 
 
 class _DeviceState:
-    """What arraylib keeps per device: one in-order queue for all its work, and its program."""
+    """What arraylib keeps per device: one in-order queue for all its work, its program, and the
+    pool its arrays' device memory comes from."""
 
     def __init__(self, device: pyoffload.Device) -> None:
         backend = source_backend(device)
@@ -51,6 +55,7 @@ class _DeviceState:
         source = (Path(__file__).parent / name).read_text()
         self.program = device.build_program(source)  # built once, then from the on-disk cache
         self.queue = device.create_queue()
+        self.pool = device.create_pool()  # DEVICE memory of arraylib's arrays, counted apart
         self._kernels: dict[str, pyoffload.Kernel] = {}
 
     def kernel(self, name: str) -> pyoffload.Kernel:
@@ -79,6 +84,11 @@ def _forget_devices() -> None:
         _states.clear()
 
 
+def memory_pool(device: pyoffload.Device) -> pyoffload.MemoryPool:
+    """The pool of arraylib's device memory on ``device``: ``stats()``, ``trim()``, ``limit``."""
+    return _state(device).pool
+
+
 def _free(queue: pyoffload.Queue, alloc: pyoffload.Allocation) -> None:
     # Stream-ordered: the block is reusable by later work on the queue at once, no host wait.
     # After a shutdown the runtime has freed the memory and destroyed the queue already.
@@ -100,7 +110,9 @@ class Array:
         self.size = math.prod(self.shape)
         self._state = _state(device)
         # Empty arrays still get a block: pyoffload refuses zero-byte allocations.
-        self.alloc = self._state.queue.alloc_async(max(self.size * self.dtype.itemsize, 1), kind)
+        nbytes = max(self.size * self.dtype.itemsize, 1)
+        pool = self._state.pool if kind is AllocKind.DEVICE else None
+        self.alloc = self._state.queue.alloc_async(nbytes, kind, pool=pool)
         # A finalizer rather than __del__: it runs once, from whichever thread drops the array.
         # Left out at interpreter exit, where pyoffload's own teardown frees everything.
         weakref.finalize(self, _free, self._state.queue, self.alloc).atexit = False
@@ -138,6 +150,21 @@ class Array:
         out = Array((), self.dtype, self.device)
         scratch = LocalMemory(BLOCK * self.dtype.itemsize)
         return self._launch("sum", out, self.alloc, np.int64(self.size), scratch, grid=1)
+
+    def __getitem__(self, key: tuple[slice, slice]) -> Array:
+        """``a[r0:r1, c0:c1]`` of a 2-D array: a new contiguous array, copied on the device as one
+        2-D copy (rows of the block at the source's pitch, packed in the result)."""
+        if len(self.shape) != 2 or not (isinstance(key, tuple) and len(key) == 2):
+            raise TypeError("arraylib indexes 2-D arrays with a pair of slices")
+        (r0, r1, rs), (c0, c1, cs) = (k.indices(n) for k, n in zip(key, self.shape, strict=True))
+        if rs != 1 or cs != 1:
+            raise ValueError("arraylib slices have a step of 1")
+        rows, cols, item = max(r1 - r0, 0), max(c1 - c0, 0), self.dtype.itemsize
+        out = Array((rows, cols), self.dtype, self.device)
+        if rows and cols:
+            start = self.alloc.ptr + (r0 * self.shape[1] + c0) * item
+            self._state.queue.memcpy_2d(out.alloc, cols * item, start, self.shape[1] * item, cols * item, rows)
+        return out
 
     def to(self, device: pyoffload.Device, kind: AllocKind = AllocKind.DEVICE) -> Array:
         """A copy on ``device``, ordered after the work on this array's queue without blocking the
