@@ -255,6 +255,9 @@ INFO_KEYS: dict[str, str] = {
     "kDLCUDAManaged 13); absent: kDLCPU for host-accessible memory, else kDLExtDev",
     "memory_kinds": "the allocation kinds the device supports, a tuple of AllocKind names "
     "(absent: all three); the generic layer refuses others with UNSUPPORTED",
+    "host_addressable_kinds": "the allocation kinds whose memory this process may read and write at its "
+    "address once the work using it has completed, a tuple of AllocKind names (absent: HOST and MANAGED, "
+    "and DEVICE where the device's type is host); an answer, not a check: a CPU device's memory, say",
 }
 """The device information keys with the same meaning on every backend (``Device.info``).  A
 backend's ``device_info_impl`` returns those it knows (absent keys read as ``None``) and may add

@@ -51,7 +51,7 @@ class Platform:
 class Limits:
     """What the generic layer checks before a backend sees a launch or an allocation."""
 
-    __slots__ = ("block_threads", "block", "grid", "local_memory", "max_alloc", "kinds")
+    __slots__ = ("block_threads", "block", "grid", "local_memory", "max_alloc", "kinds", "host_kinds")
 
     def __init__(self, info: dict[str, Any]) -> None:
         def dims(key: str) -> tuple[int, int, int]:
@@ -71,6 +71,13 @@ class Limits:
         self.kinds: tuple[AllocKind, ...] = (
             tuple(AllocKind) if kinds is None else tuple(AllocKind[str(k).upper()] for k in kinds)
         )
+        # The kinds whose memory the host may read and write at its address (INFO_KEYS).  HOST and
+        # MANAGED memory is the host's by definition, whatever the backend says.
+        host = info.get("host_addressable_kinds")
+        if host is None:
+            host = ("DEVICE",) if info.get("type") == DeviceType.HOST.value else ()
+        named = {AllocKind[str(k).upper()] for k in host} | {AllocKind.HOST, AllocKind.MANAGED}
+        self.host_kinds: tuple[AllocKind, ...] = tuple(k for k in self.kinds if k in named)
 
 
 class GenericDevice:
@@ -142,6 +149,17 @@ class GenericDevice:
         if self.limits_cache is None:
             self.limits_cache = Limits(self.info)
         return self.limits_cache
+
+    def host_addressable(self, kind: AllocKind = AllocKind.DEVICE) -> bool:
+        """Whether this process may read and write this device's memory of ``kind`` at its own
+        address (``ctypes``, ``memmove``, another library's I/O), once the work that uses it has
+        completed: HOST and MANAGED memory wherever the device supports them, DEVICE memory where
+        it is the host's own (the host backend) or the backend says so (info
+        ``host_addressable_kinds``: an OpenCL CPU device whose shared virtual memory is the
+        process's memory).  Unlike :attr:`host_memory` it says nothing of the device's copies,
+        which still go through its queues; it tells code that moves bytes itself (a transport
+        reading the memory in place) that it need not stage them."""
+        return kind in self.limits.host_kinds
 
     @property
     def native(self) -> Any:

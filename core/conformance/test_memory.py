@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import gc
 
 import numpy as np
@@ -188,4 +189,24 @@ def test_a_host_view_of_a_range_inside_an_allocation(device, kind):
     del view, whole
     gc.collect()
     assert a.exports == 0
+    a.free()
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=[k.name for k in KINDS])
+def test_memory_the_device_calls_host_addressable_is_read_and_written_at_its_address(device, kind):
+    # Device.host_addressable is a claim a transport acts on (it reads and writes such memory in
+    # place instead of staging): what the device's queue wrote is at the address once the work
+    # has completed, and what the host writes there the device's copies see.
+    a = _alloc_or_skip(device, 4096, kind)
+    if not device.host_addressable(kind):
+        # HOST and MANAGED memory is the host's on every device; DEVICE memory of a host device too.
+        assert kind is AllocKind.DEVICE and not device.host_memory, (device.id, kind)
+        a.free()
+        return
+    pyoffload.memfill(a, np.uint32(0xA5A5A5A5), 4096)  # the device's own fill, completed
+    assert ctypes.string_at(a.ptr, 4096) == b"\xa5" * 4096
+    ctypes.memmove(a.ptr + 100, bytes(range(200)), 200)
+    out = np.zeros(4096, np.uint8)
+    pyoffload.memcpy(out, a, 4096)
+    assert out[100:300].tobytes() == bytes(range(200)) and out[99] == out[300] == 0xA5
     a.free()

@@ -37,6 +37,7 @@ CHECKS = {
     "sub_group_size": _positive_int,
     "address_bits": lambda v: v in (32, 64),
     "memory_kinds": lambda v: len(v) > 0 and {str(k).upper() for k in v} <= {k.name for k in AllocKind},
+    "host_addressable_kinds": lambda v: {str(k).upper() for k in v} <= {k.name for k in AllocKind},
     "dlpack_device_types": lambda v: (
         set(v) <= {k.name for k in AllocKind}
         and all(int(t) in (1, 2, 3, 4, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17) for t in v.values())

@@ -29,6 +29,9 @@ class OclDevice:
     # source declaring such variables is refused there (see images.py).
     program_scope_globals: bool
     il_version: str
+    # The allocation kinds this process may read and write at their SVM address once the work
+    # using them has completed (svm.host_addressable_kinds).
+    host_kinds: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:

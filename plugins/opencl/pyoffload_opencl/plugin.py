@@ -61,12 +61,15 @@ def _make_device(cl_device: Any) -> OclDevice:
         except (cl.Error, AttributeError):
             return default
 
+    svm_caps = int(info("SVM_CAPABILITIES", 0))
+    cpu = bool(int(cl_device.type) & cl.device_type.CPU)
     return OclDevice(
         cl_device,
-        int(info("SVM_CAPABILITIES", 0)),
+        svm_caps,
         int(cl_device.address_bits),
         int(info("MAX_GLOBAL_VARIABLE_SIZE", 0)) > 0,
         str(info("IL_VERSION", "") or ""),
+        svm.host_addressable_kinds(svm_caps, cpu, bool(info("HOST_UNIFIED_MEMORY", False))),
     )
 
 
@@ -127,6 +130,7 @@ def device_info_impl(device: OclDevice) -> dict[str, Any]:
         "clock_mhz": int(d.max_clock_frequency),
         "address_bits": device.address_bits,
         "memory_kinds": svm.memory_kinds(device.svm_caps),
+        "host_addressable_kinds": device.host_kinds,
         "dlpack_device_types": {"DEVICE": 4},  # kDLOpenCL; fine-grain SVM (HOST, MANAGED) is the host's: kDLCPU
         "opencl.version": str(d.version),
         "opencl.c_version": str(d.opencl_c_version),

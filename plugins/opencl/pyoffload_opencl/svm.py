@@ -47,6 +47,21 @@ def memory_kinds(svm_caps: int) -> tuple[str, ...]:
     return kinds + (("HOST", "MANAGED") if svm_caps & SVM_FINE_GRAIN_BUFFER else ())
 
 
+def host_addressable_kinds(svm_caps: int, cpu: bool, unified: bool) -> tuple[str, ...]:
+    """The kinds whose memory the host may read and write at its SVM address once the work using
+    it has completed.  Fine-grain buffer SVM (HOST, MANAGED) is host-accessible on any device.
+    Coarse-grain SVM (DEVICE) is too where the device is a CPU device whose memory is the host's
+    (``CL_DEVICE_TYPE_CPU`` and ``CL_DEVICE_HOST_UNIFIED_MEMORY``: PoCL's pthread and basic
+    devices, which run kernels in this process on ordinary memory): OpenCL asks for a map only so
+    that a device with memory of its own can move the bytes, and such a device has none to move
+    them from.  A GPU, or a CPU device served elsewhere (PoCL's remote device reports no unified
+    memory), keeps DEVICE memory behind copies."""
+    kinds = memory_kinds(svm_caps)
+    if not (cpu and unified):
+        kinds = tuple(k for k in kinds if k != "DEVICE")
+    return kinds
+
+
 def allocate(context: OclContext, size: int, kind: AllocKind) -> int:
     import pyopencl as cl
 

@@ -71,6 +71,51 @@ def test_memory_kinds_follow_the_svm_capabilities(caps, kinds) -> None:
     assert svm.memory_kinds(caps) == kinds
 
 
+@pytest.mark.parametrize(
+    "caps,cpu,unified,kinds",
+    [
+        (SVM_COARSE_GRAIN_BUFFER | SVM_FINE_GRAIN_BUFFER, True, True, ("DEVICE", "HOST", "MANAGED")),
+        (SVM_COARSE_GRAIN_BUFFER, True, True, ("DEVICE",)),
+        (SVM_COARSE_GRAIN_BUFFER | SVM_FINE_GRAIN_BUFFER, False, True, ("HOST", "MANAGED")),  # a GPU
+        (SVM_COARSE_GRAIN_BUFFER | SVM_FINE_GRAIN_BUFFER, True, False, ("HOST", "MANAGED")),  # a CPU elsewhere
+        (SVM_COARSE_GRAIN_BUFFER, False, False, ()),
+    ],
+)
+def test_device_memory_is_host_addressable_only_on_a_cpu_device_with_unified_memory(caps, cpu, unified, kinds) -> None:
+    assert svm.host_addressable_kinds(caps, cpu, unified) == kinds
+
+
+def test_a_cpu_device_says_its_device_memory_is_host_addressable_and_it_is(dev, kernels, queue) -> None:
+    import pyopencl as cl
+
+    native = dev.native
+    cpu_with_own_memory = bool(native.type & cl.device_type.CPU) and bool(native.host_unified_memory)
+    assert dev.info["host_addressable_kinds"] == svm.host_addressable_kinds(
+        dev.info["opencl.svm_capabilities"], bool(native.type & cl.device_type.CPU), bool(native.host_unified_memory)
+    )
+    assert dev.host_addressable(AllocKind.DEVICE) is cpu_with_own_memory
+    assert dev.host_addressable(AllocKind.HOST) is ("HOST" in dev.info["memory_kinds"])
+    if not cpu_with_own_memory:
+        pytest.skip(f"{dev.id} is not a CPU device whose memory is the host's")
+    # What the device's queue wrote, the host reads at the address once the work completed ...
+    mem = dev.alloc(4096)
+    queue.launch(kernels.kernel("iota_i32"), 16, 64, [mem, np.int32(1024), np.int32(-3)]).wait()
+    assert (np.frombuffer(ctypes.string_at(mem.ptr, 4096), np.int32) == np.arange(1024) - 3).all()
+    # ... and what the host writes there, the device's own copies and kernels see.
+    ctypes.memmove(mem.ptr + 8, np.full(4, 11, np.int32).tobytes(), 16)
+    back = np.zeros(1024, np.int32)
+    pyoffload.memcpy(back, mem)
+    assert back[:6].tolist() == [-3, -2, 11, 11, 11, 11] and back[6] == 3
+    x = dev.alloc(64, AllocKind.DEVICE)
+    ctypes.memmove(x.ptr, np.ones(16, np.float32).tobytes(), 64)
+    y = dev.alloc(64, AllocKind.DEVICE)
+    ctypes.memmove(y.ptr, np.full(16, 2.0, np.float32).tobytes(), 64)
+    queue.launch(kernels.kernel("axpy_f32"), 1, 16, [y, x, np.float32(3.0), np.int32(16)]).wait()
+    assert np.frombuffer(ctypes.string_at(y.ptr, 64), np.float32).tolist() == [5.0] * 16
+    for allocation in (mem, x, y):
+        allocation.free()
+
+
 def test_device_reports_its_kinds_and_standard_info(dev) -> None:
     info = dev.info
     assert info["memory_kinds"] == svm.memory_kinds(info["opencl.svm_capabilities"])
