@@ -101,7 +101,9 @@ def rows() -> list[Row]:
             )
         )
         # The multi-machine path: TCP only (no shared-memory transport) and no cross-memory attach,
-        # so every byte between ranks travels as it would between nodes.
+        # so every byte between ranks travels as it would between nodes; and the PoCL devices'
+        # memory staged as a GPU's must be (PYOFFLOAD_MPI_IN_PLACE=0: the `mpi` row covers the
+        # in-place path, where the servers address that memory themselves).
         # ob1 named: a PML of its own (UCX) would bring its own shared-memory transports.
         tcp_only = (
             *(a if a != "tcp,self,vader" else "tcp,self" for a in mpirun[:-2]),
@@ -114,6 +116,7 @@ def rows() -> list[Row]:
             "PYOFFLOAD_PLUGINS": "mpi",
             "PYOFFLOAD_MPI_SERVE": "opencl",
             "PYOFFLOAD_MPI_CMA": "0",
+            "PYOFFLOAD_MPI_IN_PLACE": "0",
             "POCL_DEVICES": "pthread",
             "PYOFFLOAD_MPI_TIMEOUT": "30",
         }

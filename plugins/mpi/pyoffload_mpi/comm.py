@@ -32,6 +32,9 @@ from pyoffload import settings
 
 TIMEOUT_VARIABLE = "PYOFFLOAD_MPI_TIMEOUT"
 SERVE_VARIABLE = "PYOFFLOAD_MPI_SERVE"
+IN_PLACE_VARIABLE = "PYOFFLOAD_MPI_IN_PLACE"
+"""0: a server stages every copy of a device's own memory, even where its backend says the host may
+address it (as it must for a GPU's): the staged paths, for tests and comparisons."""
 
 SPIN = 2e-3
 """Seconds a wait for bytes in flight spins before it naps."""
@@ -99,6 +102,12 @@ def cuda_aware() -> bool:
     query.restype = ctypes.c_int
     query.argtypes = []
     return bool(query())
+
+
+def device_in_place() -> bool:
+    """Whether a server moves the bytes of a device's memory in place where its backend says the
+    host may address it (``PYOFFLOAD_MPI_IN_PLACE``, default 1)."""
+    return bool(settings.integer(IN_PLACE_VARIABLE, 1, maximum=1))
 
 
 def timeout() -> float:

@@ -67,6 +67,7 @@ class RemoteDevice:
         info.update({k: None for k in ("name", "vendor", "type", "backend", "platform")})
         info = {k: v for k, v in info.items() if v is not None}
         info["memory_kinds"] = ("DEVICE",)
+        info["host_addressable_kinds"] = ()  # (memory of another process, whatever it is there)
         info["mpi.rank"] = rank
         info["mpi.host"] = described["host"]
         info["mpi.pid"] = described["pid"]

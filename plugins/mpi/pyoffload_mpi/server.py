@@ -17,8 +17,9 @@ What keeps a copy fast is that, in the common case, it never leaves the main loo
   next request of a busy application is taken within microseconds (:class:`.comm.Backoff`);
   not while a queue of the rank runs work: its worker and watcher threads need the GIL and the
   cores, so the loop then tests a few dozen times and sleeps;
-* a copy into or out of host memory with an idle queue moves the bytes in the loop, straight
-  from or into the memory; on rank 0's machine by one cross-memory read or write of the other
+* a copy into or out of host memory (or a device's memory its backend calls host-addressable:
+  PoCL's CPU devices) with an idle queue moves the bytes in the loop, straight from or into the
+  memory; on rank 0's machine by one cross-memory read or write of the other
   rank's memory (:mod:`.cma`), which that rank takes no part in;
 * an event recorded on a queue that has had no work since its last event was reported is
   reported at once by the loop, not by the watcher (a hand-off between two threads costs a
@@ -56,6 +57,7 @@ from .comm import (
     Backoff,
     beat_interval,
     cuda_aware,
+    device_in_place,
     timeout,
     timer_slack,
     wait,
@@ -136,6 +138,7 @@ class Server:
         self._next: tuple[Any, ...] | None = None
         self.read_ahead = 0  # requests read that way (rpc_stats)
         self.requests = 0  # requests handled (rpc_stats)
+        self.moved_in_place = 0  # copies whose bytes this loop moved straight into or out of the memory (rpc_stats)
         # Cross-memory copies (cma.py): the probe other ranks read, and the pid of each rank whose
         # memory this one can read and write (rank 0 introduces them: rpc_peers).
         self._probe = cma.Probe()
@@ -275,7 +278,7 @@ class Server:
                     "id": device.id,
                     "name": device.name,
                     "vendor": device.vendor,
-                    "host_memory": bool(device.host_memory),
+                    "host_memory": _in_place_memory(device),
                     "type": device.type.value,
                     "backend": device.backend,
                     "platform": device.platform.name,
@@ -361,6 +364,7 @@ class Server:
             "sides": len(self._sides),
             "read_ahead": self.read_ahead,
             "requests": self.requests,
+            "in_place": self.moved_in_place,
             "peers": sorted(self.peers),
         }
 
@@ -877,7 +881,8 @@ class Server:
 
     def _in_place(self, address: int, size: int, served: ServedQueue | None) -> memoryview | None:
         """The ``size`` bytes at ``address`` themselves, when MPI may read or write them now: the
-        memory is host memory (the host backend's device memory) and the queue that orders the
+        memory is memory this process may address (the host backend's device memory, or a
+        device's own where its backend says so: ``_host_memory``) and the queue that orders the
         copy, if any, has nothing left in flight, so that moving the bytes at once keeps queue
         order.  ``None`` otherwise: the copy is then staged and ordered on the queue."""
         if served is not None and not (served.settled() or served.idle()):
@@ -888,6 +893,7 @@ class Server:
             view = self._views[address] = _host_memory(address)
         if view is None or len(view) < size:
             return None  # (past the end: the staged copy reports the error)
+        self.moved_in_place += 1
         return view[:size]
 
     def _staged_now(self, served: ServedQueue, size: int, limit: int = 0) -> bool:
@@ -962,13 +968,27 @@ def _memcpy() -> Any:
 _MEMCPY: Any = None
 
 
+def _in_place_memory(device: Any) -> bool:
+    """Whether rank 0's allocations on ``device`` (DEVICE memory) are memory this process may read
+    and write at their address: the host backend's, and a device's own where its backend says so
+    (``Device.host_addressable``: PoCL's CPU devices), unless ``PYOFFLOAD_MPI_IN_PLACE=0``.
+    Rank 0 then copies to and from it by cross-memory attach as to host memory, and this rank
+    receives into and sends from it directly: no staging buffer, no device copy."""
+    from pyoffload import AllocKind
+
+    return bool(device.host_memory) or (device_in_place() and device.host_addressable(AllocKind.DEVICE))
+
+
 def _host_memory(address: int) -> memoryview | None:
-    """The memory from ``address`` to the end of its allocation, when it is host memory."""
+    """The memory from ``address`` to the end of its allocation, when this process may read and
+    write it at its address (host memory, or a device's memory its backend says is the host's)."""
     import pyoffload
 
     info = pyoffload.mem_info(address)
     device = info.device
-    if device is None or not device.host_memory:
+    if device is None:
+        return None
+    if not device.host_memory and not (device_in_place() and device.host_addressable(info.kind)):
         return None
     return memoryview((ctypes.c_char * (info.size - info.offset)).from_address(address)).cast("B")
 

@@ -327,6 +327,7 @@ def test_copies_with_device_memory_are_staged_in_queue_order(tmp_path: Path, cma
         PYOFFLOAD_MPI_SERVE="opencl",
         POCL_DEVICES="pthread",
         PYOFFLOAD_MPI_CMA=cma,
+        PYOFFLOAD_MPI_IN_PLACE="0",  # staged, as a GPU's memory must be
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "STAGED-OK" in done.stdout
@@ -516,6 +517,7 @@ def test_a_small_synchronous_copy_to_device_memory_is_one_request(tmp_path: Path
         PYOFFLOAD_MPI_SERVE="opencl",
         POCL_DEVICES="pthread",
         PYOFFLOAD_MPI_CMA=cma,
+        PYOFFLOAD_MPI_IN_PLACE="0",  # staged, as a GPU's memory must be
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SMALL-DEVICE-COPY-OK" in done.stdout
@@ -554,6 +556,7 @@ def test_large_copies_to_and_from_device_memory_arrive_whole(tmp_path: Path, cma
         PYOFFLOAD_MPI_SERVE="opencl",
         POCL_DEVICES="pthread",
         PYOFFLOAD_MPI_CMA=cma,
+        PYOFFLOAD_MPI_IN_PLACE="0",  # staged, as a GPU's memory must be
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "LARGE-DEVICE-COPY-OK" in done.stdout
@@ -602,6 +605,89 @@ def test_copies_between_two_servers_device_memory_arrive_whole(tmp_path: Path, c
         PYOFFLOAD_MPI_SERVE="opencl",
         POCL_DEVICES="pthread",
         PYOFFLOAD_MPI_CMA=cma,
+        PYOFFLOAD_MPI_IN_PLACE="0",  # staged, as a GPU's memory must be
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "DEVICE-TO-DEVICE-OK" in done.stdout
+
+
+@pytest.mark.parametrize("in_place", ["1", "0"], ids=["in-place", "staged"])
+@pytest.mark.parametrize("cma", ["1", "0"], ids=["cross-memory", "messages"])
+def test_device_memory_the_host_may_address_is_copied_in_place_in_queue_order(
+    tmp_path: Path, cma: str, in_place: str
+) -> None:
+    """A PoCL CPU device's memory is memory of its serving process (``Device.host_addressable``
+    there): its server moves copies' bytes straight into and out of it, as for host memory, and
+    on one machine rank 0 makes a synchronous copy itself (no request reaches the server); with
+    ``PYOFFLOAD_MPI_IN_PLACE=0`` every copy is staged on the device's queue, as a GPU's must be.
+    Either way a copy queued behind kernels that write the same range waits for them, and a
+    kernel queued behind a copy sees its bytes."""
+    if subprocess.run([sys.executable, "-c", "import pyoffload_opencl"], capture_output=True).returncode:
+        pytest.skip("the OpenCL backend is not installed")
+    done = _job(
+        tmp_path,
+        """
+    in_place = os.environ["PYOFFLOAD_MPI_IN_PLACE"] == "1"
+    dev = next(d for d in pyoffload.devices() if d.backend == "mpi" and d.info["mpi.rank"] == 1
+               and d.info["mpi.remote_backend"] == "opencl")
+    assert not dev.host_addressable()                                 # (not rank 0's memory)
+    assert dev.info["mpi.remote.opencl.svm_capabilities"] & 1
+
+    def stats():
+        return link.call(1, "stats")                                  # (each call counts itself)
+
+    rng = np.random.default_rng(11)
+    for size in (4096 + 3, (1 << 20) + 5, (9 << 20) + 12345):
+        a = dev.alloc(size)
+        data = rng.integers(0, 256, size, dtype=np.uint8)
+        back = np.zeros(size, np.uint8)
+        pyoffload.memcpy(a, data)                                     # (the internal queue made once)
+        before = stats()
+        for i in range(3):
+            data[:4] = i
+            pyoffload.memcpy(a, data)
+            pyoffload.memcpy(back, a)
+            assert (back == data).all(), (size, i)
+        after = stats()
+        moved = after["in_place"] - before["in_place"]
+        requests = after["requests"] - before["requests"] - 1
+        if not in_place:
+            assert moved == 0, (size, before, after)
+        elif link.reach and size <= (2 << 20):
+            assert (moved, requests) == (0, 0), (size, before, after)  # rank 0 made them itself
+        else:
+            # on the server: every copy by messages; by cross-memory attach the half of a large
+            # copy to it that rank 0 does not write itself
+            assert moved >= (3 if link.reach else 6), (size, before, after)
+        pyoffload.free(a)
+
+    # Kernels writing a range, and copies of the same range on the same queue: queue order.
+    program = dev.load_program(dev.disp.conformance_images_impl(dev.handle)["kernels"])
+    iota = program.kernel("iota_i32")
+    n = 1 << 20
+    a = dev.alloc(4 * n)
+    q = dev.create_queue()
+    out = np.zeros(n, np.int32)
+    for round in range(3):
+        for base in range(20):                                        # work in flight on the range
+            q.launch(iota, global_size=n, block=64, args=(a, np.int32(n), np.int32(base * 1000)))
+        q.memcpy(out, a, 4 * n)                                       # behind the kernels: sees the last one
+        ones = np.full(n, 7 + round, np.int32)
+        q.launch(iota, global_size=n, block=64, args=(a, np.int32(n), np.int32(-5)))
+        q.memcpy(a, ones, 4 * n)                                      # behind a kernel: lands after it
+        q.launch(iota, global_size=n // 2, block=64, args=(a, np.int32(n // 2), np.int32(100)))
+        q.wait()
+        assert (out == np.arange(n, dtype=np.int32) + 19000).all(), (round, out[:4])
+        pyoffload.memcpy(out, a)
+        assert (out[: n // 2] == np.arange(n // 2) + 100).all(), (round, out[:4])
+        assert (out[n // 2 :] == 7 + round).all(), (round, out[n // 2 : n // 2 + 4])
+    print("IN-PLACE-OK", flush=True)
+    """,
+        PYOFFLOAD_MPI_SERVE="opencl",
+        POCL_DEVICES="pthread",
+        PYOFFLOAD_MPI_CMA=cma,
+        PYOFFLOAD_MPI_IN_PLACE=in_place,
+        limit=180,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "IN-PLACE-OK" in done.stdout
