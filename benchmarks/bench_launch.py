@@ -1,5 +1,5 @@
-"""1. Launch of an empty kernel: prepared, with arguments each time, against the raw binding;
-waiting on an idle queue.
+"""1. Launch of an empty kernel: prepared, with arguments each time, prepared with new arguments
+each time (``prepared(*args)``), against the raw binding; waiting on an idle queue.
 
 Each launch batch enqueues ``n`` launches and then waits for the queue once, on both sides, so
 the figure is the enqueue cost plus an equal share of one final wait.  The idle-queue figure is
@@ -45,6 +45,8 @@ def _opencl(d: Dev, cfg: Any) -> list[Figure]:
     n1, zero = np.int32(1), np.int32(0)
     rq = raw.queue
     enqueue = cl.enqueue_nd_range_kernel
+    replay = q.prepare(iota, 1, 1, (buf, n1, zero))
+    set_args = raw_iota.set_args
 
     def ours_prepared(n: int) -> None:
         for _ in range(n):
@@ -68,11 +70,24 @@ def _opencl(d: Dev, cfg: Any) -> list[Figure]:
             raw_iota(rq, (1,), (1,), raw_buf, n1, zero)
         rq.finish()
 
+    def ours_new_args(n: int) -> None:
+        for _ in range(n):
+            replay(buf, n1, zero)
+        q.wait()
+
+    def raw_new_args(n: int) -> None:
+        for _ in range(n):
+            set_args(raw_buf, n1, zero)
+            enqueue(rq, raw_iota, (1,), (1,))
+        rq.finish()
+
     contenders = {
         "ours_prepared": ours_prepared,
         "raw_prepared": raw_prepared,
         "ours_args": ours_args,
         "raw_args": raw_args,
+        "ours_new_args": ours_new_args,
+        "raw_new_args": raw_new_args,
     }
     grunnur_note = ""
     try:
@@ -103,6 +118,26 @@ def _opencl(d: Dev, cfg: Any) -> list[Figure]:
             "pyopencl knl(queue, g, l, *args)",
             us(t["raw_args"]),
             Target("ratio", "<=", 1.0, "≤ 1.0× knl(queue, ...)"),
+        ),
+        Figure(
+            SUITE,
+            "prepared with new args (prepared(*args))",
+            "opencl",
+            "iota_i32(ptr, i32, i32)",
+            "us",
+            us(t["ours_new_args"]),
+            "pyopencl set_args(*args) + enqueue_nd_range_kernel",
+            us(t["raw_new_args"]),
+        ),
+        Figure(
+            SUITE,
+            "prepared with new args vs a full launch",
+            "opencl",
+            "iota_i32(ptr, i32, i32)",
+            "us",
+            us(t["ours_new_args"]),
+            "pyoffload queue.launch(kernel, 1, 1, args)",
+            us(t["ours_args"]),
         ),
     ]
     figs.append(_idle_wait(q, rq, cfg))
@@ -262,8 +297,21 @@ def _host(d: Dev, cfg: Any) -> list[Figure]:
         for _ in range(n):
             fn_iota(groups, c_void_p(raw_ptr), c_int32(1), c_int32(0))
 
+    replay = q.prepare(iota, 1, 1, (buf, n1, zero))
+
+    def ours_new_args(n: int) -> None:
+        for _ in range(n):
+            replay(buf, n1, zero)
+        q.wait()
+
     t = measure(
-        {"ours_prepared": ours_prepared, "raw_prepared": raw_prepared, "ours_args": ours_args, "raw_args": raw_args},
+        {
+            "ours_prepared": ours_prepared,
+            "raw_prepared": raw_prepared,
+            "ours_args": ours_args,
+            "raw_args": raw_args,
+            "ours_new_args": ours_new_args,
+        },
         cfg.n(2000),
         cfg.repeats,
     )
@@ -289,6 +337,17 @@ def _host(d: Dev, cfg: Any) -> list[Figure]:
             us(t["ours_args"]),
             "direct ctypes call (with its work-group range), ctypes args built per call",
             us(t["raw_args"]),
+            note=note,
+        ),
+        Figure(
+            SUITE,
+            "prepared with new args vs a full launch",
+            "host",
+            "iota_i32(ptr, i32, i32)",
+            "us",
+            us(t["ours_new_args"]),
+            "pyoffload queue.launch(kernel, 1, 1, args)",
+            us(t["ours_args"]),
             note=note,
         ),
     ]

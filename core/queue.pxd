@@ -25,4 +25,5 @@ cdef class PreparedLaunch:
     cdef tuple _allocs
     cdef object _fast
     cdef object _binder
+    cdef tuple _types
     cdef tuple _checked

@@ -217,7 +217,8 @@ class Queue(QueueCore):
         self, kernel: Kernel, grid: Any = None, block: Any = None, args: Sequence[Any] = (), *, global_size: Any = None
     ) -> PreparedLaunch:
         """Check and bind a launch once (its geometry given as for ``launch``); calling the result
-        enqueues it again and again."""
+        enqueues it again and again: ``prepared()`` with ``args``, ``prepared(*new_args)`` with
+        new values for them (see :class:`PreparedLaunch`)."""
         if type(kernel) is not Kernel:
             raise TypeError(f"prepare: expected a pyoffload.Kernel, got {got(kernel)}")
         self.check_live()
@@ -229,7 +230,7 @@ class Queue(QueueCore):
         g, b = geometry(self.device, kernel, grid, block, global_size)
         check_block(kernel, b)
         fast = self.disp.launch_prepare_impl(self.dh, self.handle, kernel.handle, g, b, packed)
-        return PreparedLaunch(self, kernel, g, b, packed, tuple(allocs), fast, bind)
+        return PreparedLaunch(self, kernel, g, b, packed, tuple(allocs), fast, bind, tuple(map(type, args)))
 
     def launch_host_function(self, fn: Callable[[], Any]) -> Event:
         """Run ``fn()`` on a host thread once earlier work is done; later work waits for it.  It may
@@ -330,11 +331,20 @@ class Queue(QueueCore):
 
 
 class PreparedLaunch:
-    """A launch checked and bound once (``Queue.prepare``); ``launch()`` or ``()`` enqueues it.
+    """A launch checked and bound once (``Queue.prepare``); ``launch()`` or ``()`` enqueues it
+    with the arguments it was prepared with, ``launch(*args)`` or ``(*args)`` with new values.
 
-    The backend's prepared function is called directly when no wrapper plugin is registered;
-    otherwise each call goes through ``launch_impl`` so that tracing and fault injection see it.
-    The checks (queue live, program loaded, bound allocations live, wrappers unchanged) are
+    New values (a graph replayed on new buffers) skip what the prepared launch decided once: the
+    kernel, its geometry and its attributes.  Arguments of the prepared types go through the
+    binder chosen at prepare time (count and kinds checked then), so a call only checks what
+    depends on the values (memory live and reachable, scalar ranges) and packs them; other types
+    go through the kernel's binder for them, with the checks and errors of a full launch, and must
+    keep the prepared parameter kinds.  Either way the launch is the queue's hand-over
+    (``enqueue_launch``): the allocations it uses are kept until it has run, as a launch's are.
+
+    With its fixed arguments, the backend's prepared function is called directly when no wrapper
+    plugin is registered; otherwise each call goes through ``launch_impl`` so that tracing and
+    fault injection see it.  The checks (queue live, program loaded, bound allocations live, wrappers unchanged) are
     repeated only when the runtime's epoch moved: anything that could invalidate them (an unload,
     a queue destroyed, a wrapper added or removed, shutdown) moves it.  A free does not: the
     launch itself is the queue's hand-over (``enqueue_launch``), which records the launch as a user
@@ -353,6 +363,7 @@ class PreparedLaunch:
         "_allocs",
         "_fast",
         "_binder",
+        "_types",
         # (epoch, function one launch calls): replaced as a whole by _revalidate, read without a
         # lock (a tuple is published in one store: readers see an old pair or the new one)
         "_checked",
@@ -368,6 +379,7 @@ class PreparedLaunch:
         allocs: tuple[Allocation, ...],
         fast: Callable[[], None] | None,
         bind: Binder,
+        types: tuple[type, ...],
     ) -> None:
         self.queue = queue
         self.kernel = kernel
@@ -378,17 +390,45 @@ class PreparedLaunch:
         self._allocs = allocs  # checked by every call's hand-over (enqueue_launch)
         self._fast = fast
         self._binder = bind
+        self._types = types  # the argument types prepared: new values of these types reuse _binder
         self._checked: tuple[int, Callable[[], None]] = (-1, self._through_hook)
 
-    def __call__(self) -> Event:
-        """Enqueue the launch again; its Event."""
+    def __call__(self, *args: Any) -> Event:
+        """Enqueue the launch again, with the prepared arguments or, given ``args``, with these
+        (as many as the kernel takes); its Event."""
         q = self.queue
+        if args:
+            return self._with(args)
         epoch, call = self._checked
         if epoch != q.rt.epoch:
             call = self._revalidate()
         return q.event_for(q.enqueue_launch(self._program, self._allocs, call, ()))
 
     launch = __call__
+
+    def _with(self, args: tuple[Any, ...]) -> Event:
+        """The launch with new argument values: packed by the prepared layout, then handed over
+        as a full launch is (which keeps the allocations in flight and checks queue and program)."""
+        q = self.queue
+        kernel = self.kernel
+        bind = self._binder
+        if tuple(map(type, args)) != self._types:
+            # Other types (an int pointer for an Allocation, a numpy scalar for a Python int): the
+            # kernel's binder for them checks count and kinds as a launch does.
+            bind = binder(kernel, args)
+            if bind.kinds != self._binder.kinds:
+                raise InvalidArgumentError(
+                    f"prepared launch of {kernel.name!r}: arguments of kinds ({', '.join(bind.kinds)}), but it was "
+                    f"prepared with ({', '.join(self._binder.kinds)}); prepare a launch for these"
+                )
+        packed, allocs = bind(q, args)
+        seq = q.enqueue_launch(
+            self._program,
+            allocs,
+            q.disp.raw.launch_impl,
+            (q.dh, q.handle, kernel.handle, self.grid, self.block, packed),
+        )
+        return q.event_for(seq)
 
     def _through_hook(self) -> None:
         q = self.queue

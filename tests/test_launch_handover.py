@@ -115,8 +115,11 @@ def test_errors_leave_the_lock_free(host: Any, queue: Any, prog: Any) -> None:
         with pytest.raises(InvalidArgumentError, match="was freed"):
             launch()
         assert not queue._lock.locked()
-    with pytest.raises(TypeError):
-        launch(1)
+    with pytest.raises(InvalidArgumentError, match="not in a live allocation"):
+        launch(1)  # new values: a pointer into no allocation
+    with pytest.raises(InvalidArgumentError, match="was freed"):
+        launch(a)
+    assert not queue._lock.locked()
     # the queue still works, and no sequence number was spent on the refused launches
     before = queue.seq
     queue.launch(prog.kernel("noop"), 1, 1).wait()

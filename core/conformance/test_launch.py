@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
+import pyoffload
 from pyoffload import Errc, LocalMemory, OffloadError
 
 from ._util import build_or_skip, launch_n, read, upload
@@ -89,6 +92,128 @@ def test_prepared_launch_repeats(device, kernels, queue):
     with pytest.raises(OffloadError) as err:
         launch()
     assert err.value.errc is Errc.INVALID_ARGUMENT and "freed" in str(err.value)
+
+
+N_NEW = 64  # work-items of the prepared iota launches below (two work-groups of 32)
+
+
+def _iota(device, kernels, queue, out, base):
+    return queue.prepare(kernels.kernel("iota_i32"), 2, 32, [out, np.int32(N_NEW), np.int32(base)])
+
+
+def test_prepared_launch_takes_new_values(device, kernels, queue):
+    a, b = device.alloc(4 * N_NEW), device.alloc(4 * N_NEW)
+    pyoffload.memfill(a, b"\x00")
+    pyoffload.memfill(b, b"\x00")
+    iota = _iota(device, kernels, queue, a, 1)
+    iota(b, np.int32(N_NEW), np.int32(40)).wait()
+    assert np.array_equal(read(b, np.int32, N_NEW), np.arange(40, 40 + N_NEW, dtype=np.int32))
+    assert not read(a, np.int32, N_NEW).any(), "new values wrote through the prepared pointer"
+    # A pointer as an int and a shorter count: other types, the same parameter kinds.
+    iota.launch(a.ptr, np.int32(N_NEW // 2), np.int32(-3)).wait()
+    got = read(a, np.int32, N_NEW)
+    assert np.array_equal(got[: N_NEW // 2], np.arange(-3, -3 + N_NEW // 2, dtype=np.int32))
+    assert not got[N_NEW // 2 :].any()
+    iota().wait()  # the prepared values still hold
+    assert np.array_equal(read(a, np.int32, N_NEW), np.arange(1, 1 + N_NEW, dtype=np.int32))
+    a.free()
+    b.free()
+
+
+def test_prepared_launch_with_new_values_after_its_own_are_freed(device, kernels, queue):
+    a, b = device.alloc(4 * N_NEW), device.alloc(4 * N_NEW)
+    iota = _iota(device, kernels, queue, a, 1)
+    iota().wait()
+    a.free()
+    iota(b, np.int32(N_NEW), np.int32(2)).wait()  # the freed allocation is no argument of this launch
+    assert np.array_equal(read(b, np.int32, N_NEW), np.arange(2, 2 + N_NEW, dtype=np.int32))
+    with pytest.raises(OffloadError) as err:
+        iota()  # the prepared values name freed memory
+    assert err.value.errc is Errc.INVALID_ARGUMENT and "freed" in str(err.value)
+    b.free()
+    with pytest.raises(OffloadError) as err:
+        iota(b, np.int32(N_NEW), np.int32(2))
+    assert err.value.errc is Errc.INVALID_ARGUMENT and "freed" in str(err.value)
+
+
+def test_prepared_launch_keeps_new_memory_in_flight(device, kernels, queue):
+    gate = threading.Event()
+    a, b = device.alloc(4 * N_NEW), device.alloc(4 * N_NEW)
+    iota = _iota(device, kernels, queue, a, 1)
+    queue.launch_host_function(gate.wait)
+    out = np.zeros(N_NEW, np.int32)
+    reader = threading.Thread(target=pyoffload.memcpy, args=(out, b))
+    freer = threading.Thread(target=b.free)
+    try:
+        iota(b, np.int32(N_NEW), np.int32(5))
+        reader.start()
+        reader.join(0.2)
+        assert reader.is_alive(), "a copy read memory a queued prepared launch was about to write"
+        freer.start()
+        freer.join(0.2)
+        assert freer.is_alive(), "memory a queued prepared launch uses was freed before it ran"
+    finally:
+        gate.set()
+        for t in (reader, freer):
+            if t.ident is not None:
+                t.join(10)
+    assert np.array_equal(out, np.arange(5, 5 + N_NEW, dtype=np.int32))
+    assert b.freed
+    a.free()
+
+
+def test_prepared_launch_with_new_values_from_two_threads(device, kernels, queue):
+    outs = [device.alloc(4 * N_NEW) for _ in range(2)]
+    iota = _iota(device, kernels, queue, outs[0], 0)
+    failures: list[BaseException] = []
+
+    def replay(t: int) -> None:
+        try:
+            for i in range(40):
+                iota(outs[t], np.int32(N_NEW), np.int32(1000 * t + i))
+        except BaseException as exc:  # reported by the test below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=replay, args=(t,)) for t in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    queue.wait()
+    assert not failures, failures
+    for t in range(2):  # the queue is in order: each buffer holds its thread's last launch
+        expect = np.arange(1000 * t + 39, 1000 * t + 39 + N_NEW, dtype=np.int32)
+        assert np.array_equal(read(outs[t], np.int32, N_NEW), expect)
+        outs[t].free()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        lambda out: (out, np.int32(N_NEW)),
+        lambda out: (out, np.int32(N_NEW), np.int32(1), np.int32(2)),
+        lambda out: (out, np.float32(1.0), np.int32(1)),
+        lambda out: (np.int32(1), np.int32(N_NEW), np.int32(1)),
+        lambda out: (out, np.int32(N_NEW), "x"),
+        lambda out: (0x1234, np.int32(N_NEW), np.int32(1)),
+    ],
+    ids=["too-few", "too-many", "float-for-int", "scalar-for-ptr", "str", "unknown-ptr"],
+)
+def test_prepared_launch_refuses_bad_new_values(device, kernels, queue, args):
+    out = device.alloc(4 * N_NEW)
+    pyoffload.memfill(out, b"\x00")
+    k = kernels.kernel("iota_i32")
+    iota = _iota(device, kernels, queue, out, 1)
+    with pytest.raises(OffloadError) as err:
+        iota(*args(out))
+    assert err.value.errc is Errc.INVALID_ARGUMENT
+    if k.signature is not None:  # a launch checks the same things only where the kernel says its types
+        with pytest.raises(OffloadError) as full:
+            queue.launch(k, 2, 32, list(args(out)))
+        assert full.value.errc is err.value.errc
+    queue.wait()
+    assert not read(out, np.int32, N_NEW).any(), "a refused launch ran"
+    out.free()
 
 
 @pytest.mark.parametrize(
