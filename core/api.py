@@ -172,7 +172,7 @@ class Device(GenericDevice):
 
     def build_program(
         self,
-        source: str,
+        source: str | Sequence[str],
         options: Sequence[str] = (),
         context: Context | None = None,
         cache: bool = True,
@@ -182,7 +182,10 @@ class Device(GenericDevice):
         with ``compiler`` (a name on ``PATH`` or a path; ``None``: the backend's default) and load
         it; while that program is loaded, the same build in the same context returns it again.
         Built images are cached on disk (``PYOFFLOAD_CACHE_DIR``); a compiler error is a
-        ``CompileError`` whose ``build_log`` holds the compiler's messages."""
+        ``CompileError`` whose ``build_log`` holds the compiler's messages.  A list of sources is
+        compiled source by source and linked into one program (a function one source declares
+        and another defines); a symbol no source defines is a ``CompileError`` with errc
+        ``LINK_FAILURE`` naming it, and a backend that cannot link is ``UNSUPPORTED``."""
         return build_program(self, context or self.default_context, source, options, cache, compiler)  # type: ignore[no-any-return]
 
     def lock(self, buffer: Any, read_only: bool = False) -> int:

@@ -33,7 +33,7 @@ from .settings import cache_dir
 if TYPE_CHECKING:
     import hashlib
 from .backend import HOOK_API
-from .errors import NotFoundError, UnsupportedError, got
+from .errors import InvalidArgumentError, NotFoundError, UnsupportedError, got
 
 
 def _sha256(data: bytes) -> hashlib._Hash:
@@ -106,7 +106,7 @@ def cpu_identity() -> str:
     return platform.machine()
 
 
-def _device_key(device: Any, source: str, options: tuple[str, ...], compiler: str) -> str:
+def _device_key(device: Any, source: Sources, options: tuple[str, ...], compiler: str) -> str:
     """The key of a build through ``compile_impl`` (a backend without build targets)."""
     platform = device.platform
     return _digest(
@@ -115,21 +115,43 @@ def _device_key(device: Any, source: str, options: tuple[str, ...], compiler: st
     )
 
 
-def _target_key(target: str, source: str, options: tuple[str, ...], compiler: str) -> str:
+def _target_key(target: str, source: Sources, options: tuple[str, ...], compiler: str) -> str:
     """The key of a build for a target: the same whether a device or ``pyoffload.build`` asked."""
     return _digest(["target", target, compiler, list(options), source] + _machine_parts(options))
 
 
-def _checked_input(source: Any, options: Any, compiler: Any) -> tuple[str, tuple[str, ...]]:
-    if isinstance(source, (bytes, bytearray)):
-        source = bytes(source).decode()
-    if not isinstance(source, str):
-        raise TypeError(f"build_program takes the source as a str, got {got(source)}")
+Sources = str | tuple[str, ...]
+"""One source, or several compiled each on its own and linked into one image."""
+
+
+def _checked_input(source: Any, options: Any, compiler: Any) -> tuple[Sources, tuple[str, ...]]:
+    if isinstance(source, (list, tuple)):
+        if not source:
+            raise InvalidArgumentError("build_program: an empty list of sources builds nothing")
+        parts = tuple(_one_source(s) for s in source)
+        checked: Sources = parts[0] if len(parts) == 1 else parts
+    else:
+        checked = _one_source(source)
     if isinstance(options, str) or not all(isinstance(o, str) for o in options):
         raise TypeError(f"build_program options must be a sequence of str, got {got(options)}")
     if compiler is not None and not isinstance(compiler, str):
         raise TypeError(f"build_program compiler must be a str (a name on PATH or a path) or None, got {got(compiler)}")
-    return source, tuple(options)
+    return checked, tuple(options)
+
+
+def _one_source(source: Any) -> str:
+    if isinstance(source, (bytes, bytearray)):
+        source = bytes(source).decode()
+    if not isinstance(source, str):
+        raise TypeError(f"build_program takes the source as a str (or a list of str to link), got {got(source)}")
+    return source
+
+
+def _unlinkable(where: str) -> UnsupportedError:
+    return UnsupportedError(
+        f"build_program of several sources: {where} cannot link separately compiled sources (see the guide's "
+        "table of what each backend links); build them as one source"
+    )
 
 
 def _caching(cache: bool) -> bool:
@@ -191,10 +213,11 @@ _offline: dict[str, Any] = {}  # backends by name for builds without a device (g
 
 
 def _build_for_target(
-    disp: Any, target: str, source: str, options: tuple[str, ...], compiler: str | None, cache: bool
+    disp: Any, target: str, source: Sources, options: tuple[str, ...], compiler: str | None, cache: bool
 ) -> BuiltImage | None:
-    """``source`` built for ``target`` through ``disp``'s ``target_compile_impl``, from the cache
-    when it has it; ``None`` where that backend builds nothing for ``target`` without a device."""
+    """``source`` built for ``target`` through ``disp``'s ``target_compile_impl`` (several
+    sources: ``target_link_impl``), from the cache when it has it; ``None`` where that backend
+    builds nothing for ``target`` without a device."""
     ident = disp.target_compiler_id_impl(target, compiler)
     if ident is None:
         return None
@@ -202,16 +225,32 @@ def _build_for_target(
     path = _entry(key) if _caching(cache) else None
 
     def compile_() -> bytes:
-        image = disp.target_compile_impl(target, source, options, compiler)
-        if image is None:
-            raise UnsupportedError(f"the backend of target {target!r} builds nothing for it without a device")
+        if isinstance(source, tuple):
+            image = disp.target_link_impl(target, source, options, compiler)
+            if image is None:
+                raise _NoLink
+        else:
+            image = disp.target_compile_impl(target, source, options, compiler)
+            if image is None:
+                raise UnsupportedError(f"the backend of target {target!r} builds nothing for it without a device")
         return image  # type: ignore[no-any-return]
 
-    return BuiltImage(_cached(path, compile_), key, target, str(ident))
+    try:
+        return BuiltImage(_cached(path, compile_), key, target, str(ident))
+    except _NoLink:
+        return None
+
+
+class _NoLink(Exception):
+    """The backend of a target links nothing without a device (``target_link_impl`` gave ``None``)."""
 
 
 def build_image(
-    source: str, target: str, compiler: str | None = None, options: Sequence[str] = (), cache: bool = True
+    source: str | Sequence[str],
+    target: str,
+    compiler: str | None = None,
+    options: Sequence[str] = (),
+    cache: bool = True,
 ) -> BuiltImage:
     """Build ``source`` for ``target`` with no device opened and no driver initialised (a
     framework's compile step, a process pool of compilers); load ``.image`` later on a device
@@ -236,6 +275,8 @@ def build_image(
             "targets look like Device.target, e.g. 'host:x86_64', 'cuda:sm_80')"
         )
     built = _build_for_target(disp, target, source, opts, compiler, cache)
+    if built is None and isinstance(source, tuple):
+        raise _unlinkable(f"the {name} backend (without a device)")
     if built is None:
         raise UnsupportedError(
             f"build: the {name} backend builds only with its device (its driver compiles); use Device.build_program"
@@ -249,7 +290,9 @@ def build_device(
     """``source`` built for ``device`` with ``options`` and ``compiler``, from the cache when it
     has it: for the device's target where it has one (the same image and key as
     ``pyoffload.build(source, target=device.target)``), else through the device's own
-    ``compile_impl`` (which takes no compiler choice: ``UNSUPPORTED`` for one)."""
+    ``compile_impl`` (which takes no compiler choice: ``UNSUPPORTED`` for one).  Several sources
+    are compiled each on its own and linked: ``target_link_impl``, else the device's
+    ``link_impl``, else ``UNSUPPORTED``."""
     source, opts = _checked_input(source, options, compiler)
     target = device.target
     if target is not None:
@@ -269,7 +312,16 @@ def build_device(
     ident = disp.compiler_id_impl(device.handle) if _caching(cache) else None
     key = _device_key(device, source, opts, str(ident))
     path = _entry(key) if ident else None
-    image = _cached(path, lambda: disp.compile_impl(device.handle, source, opts))
+
+    def compile_() -> bytes:
+        if not isinstance(source, tuple):
+            return disp.compile_impl(device.handle, source, opts)  # type: ignore[no-any-return]
+        image = disp.link_impl(device.handle, source, opts)
+        if image is None:
+            raise _unlinkable(f"the {device.backend} backend ({device.id})")
+        return image  # type: ignore[no-any-return]
+
+    image = _cached(path, compile_)
     return BuiltImage(image, key, str(target or device.backend), str(ident))
 
 

@@ -176,5 +176,17 @@ def target_compile_impl(target: str, source: str, options: tuple[str, ...], comp
 
 
 @hookimpl(trylast=True)
+def target_link_impl(
+    target: str, sources: tuple[str, ...], options: tuple[str, ...], compiler: str | None
+) -> bytes | None:
+    return None
+
+
+@hookimpl(trylast=True)
+def link_impl(device: Any, sources: tuple[str, ...], options: tuple[str, ...]) -> bytes | None:
+    return None
+
+
+@hookimpl(trylast=True)
 def event_profiling_impl(device: Any, start: Any, end: Any) -> dict[str, int] | None:
     return None

@@ -110,6 +110,17 @@ class CompileError(OffloadError):
         ...``), what a user needs first; ``build_log`` keeps all of it."""
         return cls(f"{what}: {first_error_line(build_log) or 'no compiler output'}", build_log)
 
+    @classmethod
+    def from_link_log(cls, what: str, build_log: str) -> CompileError:
+        """A failed link (``LINK_FAILURE``): the message carries the log's first line that names
+        an undefined symbol (GNU ld, lld, nvlink and OpenCL drivers all say ``undefined``), else
+        its first error line; ``build_log`` keeps all of it."""
+        lines = [line.strip() for line in build_log.splitlines() if line.strip()]
+        found = next((line for line in lines if re.search(r"\bundefined\b", line, re.IGNORECASE)), None)
+        return cls(
+            f"{what}: {found or first_error_line(build_log) or 'no linker output'}", build_log, Errc.LINK_FAILURE
+        )
+
 
 def first_error_line(log: str) -> str:
     """The first line of a compiler's log that reports an error (gcc, clang, nvcc, OpenCL

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
+
 import pytest
 
 import pyoffload
@@ -124,3 +126,74 @@ def test_the_compiler_is_chosen_per_build(device):
         assert err.value.errc is Errc.UNSUPPORTED
         return
     assert err.value.errc is Errc.HOST_TOOL_NOT_FOUND and "/nonexistent/cc" in str(err.value)
+
+
+# Two translation units: the kernel calls a function only the other defines.
+CALLER = """
+#if defined(__OPENCL_VERSION__) || defined(__OPENCL_C_VERSION__)
+int linked_twice(int x);
+__kernel void linked_fill(__global int *out, int n) { for (int i = 0; i < n; i++) out[i] = linked_twice(i); }
+#elif defined(__CUDACC__)
+extern __device__ int linked_twice(int x);
+extern "C" __global__ void linked_fill(int *out, int n) { for (int i = 0; i < n; i++) out[i] = linked_twice(i); }
+#else
+int linked_twice(int x);
+void linked_fill(int *out, int n) { for (int i = 0; i < n; i++) out[i] = linked_twice(i); }
+#endif
+"""
+CALLEE = """
+#if defined(__CUDACC__)
+__device__
+#endif
+int linked_twice(int x) { return 2 * x + 1; }
+"""
+UNRELATED = """
+#if defined(__CUDACC__)
+__device__
+#endif
+int linked_other(int x) { return x; }
+"""
+
+
+def _link_error(device, sources):
+    """The error of building and linking ``sources``; a skip, with the backend's reason, where it
+    cannot link."""
+    with pytest.raises(OffloadError) as err:
+        device.build_program(sources, cache=False)
+    if err.value.errc is Errc.UNSUPPORTED:
+        assert "cannot link" in str(err.value)
+        pytest.skip(f"{device.id} links no separately compiled sources: {err.value}")
+    return err.value
+
+
+def test_two_sources_linked_into_one_program(device, queue):
+    try:
+        prog = device.build_program([CALLER, CALLEE], cache=False)
+    except OffloadError as exc:
+        if exc.errc is not Errc.UNSUPPORTED:
+            raise
+        assert "cannot link" in str(exc)
+        pytest.skip(f"{device.id} links no separately compiled sources: {exc}")
+    n = 16
+    out = device.alloc(4 * n)
+    queue.launch(prog.kernel("linked_fill"), 1, 1, [out, np.int32(n)]).wait()
+    got = np.zeros(n, np.int32)
+    pyoffload.memcpy(got, out)
+    assert np.array_equal(got, 2 * np.arange(n, dtype=np.int32) + 1)
+    out.free()
+    prog.unload()
+
+
+def test_a_link_with_an_undefined_symbol_names_it(device):
+    err = _link_error(device, [CALLER, UNRELATED])
+    assert err.errc is Errc.LINK_FAILURE
+    assert "linked_twice" in str(err) and "undefined" in str(err).lower()
+    assert "linked_twice" in err.build_log
+
+
+def test_a_link_of_no_sources_is_refused(device):
+    with pytest.raises(OffloadError) as err:
+        device.build_program([])
+    assert err.value.errc is Errc.INVALID_ARGUMENT
+    with pytest.raises(TypeError):
+        device.build_program([CALLER, 42])

@@ -176,3 +176,30 @@ def target_compile_impl(target: str, source: str, options: tuple[str, ...], comp
     the same key for ``pyoffload.build_image`` and ``Device.build_program``.  May block.  The
     default returns ``None`` (nothing built).
     """
+
+
+@hookspec(firstresult=True)
+def target_link_impl(
+    target: str, sources: tuple[str, ...], options: tuple[str, ...], compiler: str | None
+) -> bytes | None:
+    """*Optional.* Compile each of ``sources`` as a translation unit of its own and link them into
+    one image for ``target`` (a function one source declares and another defines is resolved by
+    the link), with no device and no driver initialised: ``Device.build_program`` and
+    ``pyoffload.build_image`` given a list of sources.
+
+    As ``target_compile_impl`` otherwise (options after the backend's own, for every compile and
+    the link; cached under a key of all the sources).  A compiler error is a ``CompileError``; a
+    link that fails (a symbol no source defines) is a ``CompileError`` with errc
+    ``LINK_FAILURE`` whose message names the symbol and whose ``build_log`` holds the linker's
+    output (``CompileError.from_link_log``).  Added in HOOK_API 1.2.  The default returns
+    ``None``: the backend links nothing without a device (``link_impl`` is asked next).
+    """
+
+
+@hookspec(firstresult=True)
+def link_impl(device: Any, sources: tuple[str, ...], options: tuple[str, ...]) -> bytes | None:
+    """*Optional.* ``target_link_impl`` with ``device``'s own toolchain (OpenCL:
+    ``clCompileProgram`` per source, then ``clLinkProgram``): the image that ``load_binary_impl``
+    loads.  Errors as ``target_link_impl``'s.  Added in HOOK_API 1.2.  The default returns
+    ``None``: the backend cannot link separately compiled sources (``UNSUPPORTED``).
+    """

@@ -109,6 +109,45 @@ def compile_c(source: str, flags: tuple[str, ...] = DEFAULT_FLAGS, cc: str | Non
             return f.read()
 
 
+def link_c(sources: tuple[str, ...], flags: tuple[str, ...] = DEFAULT_FLAGS, cc: str | None = None) -> bytes:
+    """Compile each of ``sources`` into an object of its own (``cc -c``) and link the objects into
+    one shared object, every symbol resolved at link time (``-Wl,--no-undefined``: a function no
+    source defines fails here, not when the image loads); its bytes.
+
+    ``flags`` go to every compile and to the link.  A compiler error raises ``CompileError``
+    naming the source (``source<i>.c``); a link error raises ``CompileError`` with errc
+    ``LINK_FAILURE``, naming the undefined symbol, with the linker's output in ``build_log``.
+    """
+    compiler = cc or find_cc()
+    if not compiler:
+        raise OffloadError("no C compiler found (set CC or install cc)", Errc.HOST_TOOL_NOT_FOUND)
+    own = _compiler_flags(compiler)
+    compile_flags = tuple(f for f in flags if f != "-shared")
+    with tempfile.TemporaryDirectory(prefix="pyoffload-cc-") as tmp:
+        objects = []
+        for i, source in enumerate(sources):
+            src = os.path.join(tmp, f"source{i}.c")
+            obj = os.path.join(tmp, f"source{i}.o")
+            with open(src, "w") as text:
+                text.write(source)
+            command = [compiler, "-I", INCLUDE_DIR, *own, *compile_flags, "-c", "-o", obj, src]
+            proc = subprocess.run(command, capture_output=True, text=True)
+            if proc.returncode != 0:
+                log = proc.stderr.replace(tmp + os.sep, "")
+                raise CompileError.from_log(f"{compiler} failed on source {i} with exit status {proc.returncode}", log)
+            objects.append(obj)
+        out = os.path.join(tmp, "image.so")
+        command = [compiler, *own, *flags, "-Wl,--no-undefined", "-o", out, *objects]
+        proc = subprocess.run(command, capture_output=True, text=True)
+        if proc.returncode != 0:
+            log = proc.stderr.replace(tmp + os.sep, "")
+            raise CompileError.from_link_log(
+                f"linking {len(sources)} sources with {compiler} failed (exit status {proc.returncode})", log
+            )
+        with open(out, "rb") as image:
+            return image.read()
+
+
 @functools.cache
 def packaged_image(name: str) -> bytes:
     """Build one of the C programs shipped in this package (``conformance_kernels`` ...)."""

@@ -418,6 +418,14 @@ def target_compile_impl(target: str, source: str, options: tuple[str, ...], comp
     return compile_c(source, DEFAULT_FLAGS + tuple(options), resolve(compiler))
 
 
+@hookimpl
+def target_link_impl(target: str, sources: tuple[str, ...], options: tuple[str, ...], compiler: str | None) -> bytes:
+    from .compiler import DEFAULT_FLAGS, link_c, resolve
+
+    _check_target(target)
+    return link_c(sources, DEFAULT_FLAGS + tuple(options), resolve(compiler))
+
+
 # -- launches -----------------------------------------------------------------------------
 
 _CTYPES = {

@@ -191,6 +191,18 @@ def _driver_compiles(e: Env) -> tuple[Callable[[], Any], str]:
     return (lambda: e.dev.build_program("int x;", compiler="cc", cache=False)), "compiler='cc'"
 
 
+def _link_without_linker(e: Env) -> tuple[Callable[[], Any], str]:
+    # A device with no build target and no link_impl (as a remote OpenCL device): nothing links.
+    e.dev._target = None
+    e.extra.append(lambda: setattr(e.dev, "_target", False))
+    return (lambda: e.dev.build_program(["int f(void);", "int f(void) { return 1; }"], cache=False)), "cannot link"
+
+
+def _prepared_new_args(e: Env) -> tuple[Callable[[], Any], str]:
+    prepared = e.q.prepare(e.prog.kernel("iota_i32"), 1, 1, [e.a, np.int32(1), np.int32(0)])
+    return (lambda: prepared(e.a, np.int32(1))), "takes 3 arguments"
+
+
 def _fixed_block(e: Env) -> tuple[Callable[[], Any], str]:
     # The host backend's kernels require no work-group size: give a kernel the attributes an
     # OpenCL driver reports for reqd_work_group_size(8, 1, 1), as kernel_attributes_impl would.
@@ -443,6 +455,25 @@ ROWS: list[Row] = [
     Row("event-profiling-info-int", TypeError, None, lambda e: (lambda: e.event.profiling_info(0), "int")),
     Row("event-profiling-info-not-timed", UnsupportedError, Errc.UNSUPPORTED, _untimed, needs_twin=True),
     Row("build-compiler-on-driver-compiled-backend", UnsupportedError, Errc.UNSUPPORTED, _driver_compiles),
+    Row(
+        "build-link-undefined",
+        CompileError,
+        Errc.LINK_FAILURE,
+        lambda e: (
+            lambda: e.dev.build_program(
+                ["int f(void);\nvoid k(int *o) { o[0] = f(); }", "int g(void) { return 1; }"], cache=False
+            ),
+            "undefined reference to `f'",
+        ),
+    ),
+    Row(
+        "build-link-no-sources",
+        InvalidArgumentError,
+        Errc.INVALID_ARGUMENT,
+        lambda e: (lambda: e.dev.build_program([], cache=False), "empty list of sources"),
+    ),
+    Row("build-link-unsupported", UnsupportedError, Errc.UNSUPPORTED, _link_without_linker),
+    Row("prepared-new-args-count", InvalidArgumentError, Errc.INVALID_ARGUMENT, _prepared_new_args),
     Row(
         "build-not-c",
         CompileError,

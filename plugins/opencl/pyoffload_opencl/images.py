@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 import warnings
-from typing import Any
+from typing import Any, cast
 
 from pyoffload.backend import CompileError, InvalidBinaryError, UnsupportedError
 
@@ -202,3 +202,119 @@ def _build(raw: Any, device: OclDevice, fmt: str, options: tuple[str, ...]) -> A
             log = ""
         raise CompileError.from_log(f"building the {fmt} image for {device.name!r} failed", log or str(exc)) from exc
     return cl.Program(raw)
+
+
+_CL_PROGRAM_BUILD_LOG = 0x1183
+
+
+def link_sources(device: OclDevice, sources: tuple[str, ...], options: tuple[str, ...]) -> bytes:
+    """``clCompileProgram`` for each of ``sources``, then ``clLinkProgram`` of them into one
+    device binary (its bytes).  The link goes through the C API: pyopencl's ``link_program``
+    drops the program object a failed link returns, and with it the log that names the undefined
+    symbol."""
+    import pyopencl as cl
+
+    context = cl.Context([device.cl_device])
+    compiled = []
+    for i, source in enumerate(sources):
+        raw = cl._cl._Program(context, source)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # pyopencl warns about non-empty logs
+                raw.compile(" ".join(SOURCE_OPTIONS + tuple(options)).encode(), [device.cl_device])
+        except cl.Error as exc:
+            log = str(raw.get_build_info(device.cl_device, cl.program_build_info.LOG)).strip()
+            raise CompileError.from_log(f"compiling source {i} for {device.name!r} failed", log or str(exc)) from exc
+        check_source(device, source)
+        compiled.append(raw)
+    linked = _link(context, device, compiled, " ".join(options), sources)
+    binaries = cast("list[bytes]", cl.Program(linked).get_info(cl.program_info.BINARIES))
+    return bytes(binaries[0])
+
+
+def _link(context: Any, device: OclDevice, programs: list[Any], options: str, sources: tuple[str, ...]) -> Any:
+    import ctypes
+    import ctypes.util
+
+    import pyopencl as cl
+
+    lib = ctypes.CDLL(ctypes.util.find_library("OpenCL") or "libOpenCL.so.1")
+    link = lib.clLinkProgram
+    link.restype = ctypes.c_void_p
+    link.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_uint,
+        ctypes.POINTER(ctypes.c_void_p),
+        ctypes.c_char_p,
+        ctypes.c_uint,
+        ctypes.POINTER(ctypes.c_void_p),
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.POINTER(ctypes.c_int),
+    ]
+    devices = (ctypes.c_void_p * 1)(device.cl_device.int_ptr)
+    inputs = (ctypes.c_void_p * len(programs))(*(p.int_ptr for p in programs))
+    status = ctypes.c_int(0)
+    handle = link(
+        context.int_ptr, 1, devices, options.encode(), len(programs), inputs, None, None, ctypes.byref(status)
+    )
+    if status.value == 0 and handle:
+        return cl._cl._Program.from_int_ptr(handle, retain=False)
+    log = ""
+    if handle:  # a failed link still returns a program object that holds the log
+        info = lib.clGetProgramBuildInfo
+        info.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_uint,
+            ctypes.c_size_t,
+            ctypes.c_void_p,
+            ctypes.POINTER(ctypes.c_size_t),
+        ]
+        size = ctypes.c_size_t(0)
+        if info(handle, devices[0], _CL_PROGRAM_BUILD_LOG, 0, None, ctypes.byref(size)) == 0 and size.value:
+            buf = ctypes.create_string_buffer(size.value)
+            if info(handle, devices[0], _CL_PROGRAM_BUILD_LOG, size.value, buf, None) == 0:
+                log = buf.value.decode(errors="replace").strip()
+        lib.clReleaseProgram.argtypes = [ctypes.c_void_p]
+        lib.clReleaseProgram(handle)
+    if not log:
+        # Some drivers (PoCL 3.1) return no program, hence no log: name what the sources declare
+        # and none defines, which is what a link of OpenCL C can miss.
+        missing = undefined_functions(sources)
+        log = "clLinkProgram returned no log" + (
+            f"; undefined symbol(s), declared but defined in no source: {', '.join(missing)}" if missing else ""
+        )
+    raise CompileError.from_link_log(
+        f"linking {len(programs)} sources for {device.name!r} failed (clLinkProgram: {status.value})", log
+    )
+
+
+_PROTOTYPE_RE = re.compile(r"\b(\w+)\s*\([^;{}()]*(?:\([^()]*\)[^;{}()]*)*\)\s*(;|\{)")
+
+
+def undefined_functions(sources: tuple[str, ...]) -> list[str]:
+    """Functions that some of ``sources`` declare (a prototype at file scope) and none defines."""
+    declared: dict[str, None] = {}
+    defined: set[str] = set()
+    for source in sources:
+        text = _ATTRIBUTE_RE.sub(" ", _DIRECTIVE_RE.sub("", _NOISE_RE.sub(" ", source)))
+        depth = 0
+        top: list[str] = []
+        for ch in text:  # file scope only, bodies collapsed to "{"
+            if ch == "{":
+                depth += 1
+                if depth == 1:
+                    top.append("{")
+                continue
+            if ch == "}":
+                depth -= 1
+                continue
+            if depth == 0:
+                top.append(ch)
+        for match in _PROTOTYPE_RE.finditer("".join(top)):
+            if match.group(2) == "{":
+                defined.add(match.group(1))
+            else:
+                declared.setdefault(match.group(1))
+    return [name for name in declared if name not in defined]

@@ -35,7 +35,7 @@ from . import images, launch, state, svm
 from .errors import check_status, driver_call, translate
 from .handles import SVM_FINE_GRAIN_SYSTEM, OclContext, OclDevice, OclEvent, OclKernel, OclProgram, OclQueue
 
-HOOK_API = (1, 1)  # the version of pyoffload's hook contract this backend implements
+HOOK_API = (1, 2)  # the version of pyoffload's hook contract this backend implements
 
 __all__ = ["HOOK_API"]
 
@@ -348,6 +348,12 @@ def compile_impl(device: OclDevice, source: str, options: tuple[str, ...]) -> by
     with driver_call("building OpenCL C"):
         program = images.build_source(cl.Context([device.cl_device]), device, source, options)
         return bytes(program.get_info(cl.program_info.BINARIES)[0])
+
+
+@hookimpl
+def link_impl(device: OclDevice, sources: tuple[str, ...], options: tuple[str, ...]) -> bytes:
+    with driver_call("compiling and linking OpenCL C"):
+        return images.link_sources(device, sources, options)
 
 
 @hookimpl
