@@ -48,7 +48,7 @@ from . import session as _session
 from .client import Link, RemoteEvent, RemoteQueue, raise_failure
 from .protocol import local_address, tag, untag
 
-HOOK_API = (1, 1)  # the contract this module was written for (a literal: it must not follow upgrades)
+HOOK_API = (1, 2)  # the contract this module was written for (a literal: it must not follow upgrades)
 
 _lock = threading.Lock()  # the id and image bookkeeping below
 _sent_images: set[tuple[int, bytes]] = set()  # (rank, digest) of images a server keeps
