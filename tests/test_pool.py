@@ -3,6 +3,10 @@ rounding, splitting, coalescing, stream-ordered reuse, limits, trim, out-of-memo
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
 import threading
 
 import numpy as np
@@ -277,3 +281,36 @@ def test_host_pool_serves_host_memory(host):
     assert pool.stats().in_use_bytes == 512
     a.free()
     ctx.close()
+
+
+@pytest.mark.parametrize("destroyed", [False, True])
+def test_context_close_keeps_a_created_pools_exported_memory(destroyed):
+    """A created pool's block that is still exported when its context closes is leaked with its
+    segment (a TeardownWarning), never handed back to the backend under its consumer: read in a
+    child process, where a use after unmap would be a crash, not a failed assert."""
+    script = textwrap.dedent(
+        f"""
+        import warnings
+        import numpy as np
+        import pyoffload
+        from pyoffload import TeardownWarning
+
+        dev = pyoffload.host_device()
+        ctx = pyoffload.Context([dev])
+        pool = ctx.create_pool(dev, release_threshold=0)
+        a = pool.alloc(8 << 20)  # a segment of its own
+        view = a.view(np.uint8)
+        view[:] = 7
+        if {destroyed!r}:
+            pool.destroy()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ctx.close()
+        assert any(issubclass(w.category, TeardownWarning) and "still exported" in str(w.message) for w in caught)
+        assert int(view.sum()) == 7 * (8 << 20)
+        print("read after close")
+        """
+    )
+    env = {**os.environ, "PYOFFLOAD_PLUGINS": ""}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0 and "read after close" in proc.stdout, proc.stderr
