@@ -44,15 +44,34 @@ def source(program: str) -> str:
 def build(cl_source: str, arch: str, tools: tuple[str, str] | None = None, options: tuple[str, ...] = ()) -> bytes:
     """Compile OpenCL C for ``arch`` (``options`` after the defaults) and link a code object;
     ``CompileError`` with the log on failure."""
+    return link((cl_source,), arch, tools, options)
+
+
+def link(
+    cl_sources: tuple[str, ...], arch: str, tools: tuple[str, str] | None = None, options: tuple[str, ...] = ()
+) -> bytes:
+    """Compile each of ``cl_sources`` for ``arch`` into a relocatable amdgcn object of its own
+    and link the objects into one code object (``ld.lld -shared``): a function one source
+    declares and another defines is resolved here.  ``-z defs`` (``--no-undefined``): a symbol
+    no object defines fails the link (lld already refuses undefined *hidden* symbols, clang's
+    default for amdgcn functions, but ``-fvisibility=default`` would otherwise leave it to the
+    loader).
+
+    A compiler error is a ``CompileError`` naming the source (``source<i>.cl`` where there are
+    several); a link error a ``CompileError`` with errc ``LINK_FAILURE`` naming the undefined
+    symbol, lld's output in ``build_log``."""
     tools = tools or toolchain()
     if tools is None:
         raise CompileError("no clang/ld.lld with the AMDGPU target found (set PYOFFLOAD_AMDGPU_CLANG)")
     clang, lld = tools
+    several = len(cl_sources) > 1
     with tempfile.TemporaryDirectory(prefix="pyoffload-amdgpu-") as tmp:
-        src, obj, out = Path(tmp, "k.cl"), Path(tmp, "k.o"), Path(tmp, "k.hsaco")
-        src.write_text(cl_source)
-        for argv in (
-            [
+        objects = []
+        for i, text in enumerate(cl_sources):
+            stem = f"source{i}" if several else "k"
+            src, obj = Path(tmp, f"{stem}.cl"), Path(tmp, f"{stem}.o")
+            src.write_text(text)
+            argv = [
                 clang,
                 "-x",
                 "cl",
@@ -67,14 +86,29 @@ def build(cl_source: str, arch: str, tools: tuple[str, str] | None = None, optio
                 str(src),
                 "-o",
                 str(obj),
-            ],
-            [lld, "-shared", str(obj), "-o", str(out)],
-        ):
-            proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-            if proc.returncode != 0:
-                output = f"{proc.stdout}{proc.stderr}".replace(tmp + "/", "")  # the directory is gone after
-                raise CompileError.from_log(f"{Path(argv[0]).name} failed for {arch}", f"$ {' '.join(argv)}\n{output}")
+            ]
+            failed = _run(argv, tmp)
+            if failed is not None:
+                which = f" on source {i}" if several else ""
+                raise CompileError.from_log(f"{Path(clang).name} failed{which} for {arch}", failed)
+            objects.append(str(obj))
+        out = Path(tmp, "k.hsaco")
+        argv = [lld, "-shared", *(["-z", "defs"] if several else []), *objects, "-o", str(out)]
+        failed = _run(argv, tmp)
+        if failed is not None and several:
+            raise CompileError.from_link_log(f"linking {len(cl_sources)} sources with ld.lld failed for {arch}", failed)
+        if failed is not None:
+            raise CompileError.from_log(f"{Path(lld).name} failed for {arch}", failed)
         return out.read_bytes()
+
+
+def _run(argv: list[str], tmp: str) -> str | None:
+    """Run one tool; ``None`` if it succeeded, else the command line and its output."""
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if proc.returncode == 0:
+        return None
+    # the directory is gone after: name the files as the log's reader knows them
+    return f"$ {' '.join(argv)}\n{proc.stdout}{proc.stderr}".replace(tmp + "/", "")
 
 
 @functools.cache

@@ -197,6 +197,13 @@ def target_compile_impl(target: str, source: str, options: tuple[str, ...], comp
 
 
 @hookimpl
+def target_link_impl(target: str, sources: tuple[str, ...], options: tuple[str, ...], compiler: str | None) -> bytes:
+    # clang -c per source into a relocatable amdgcn object, then ld.lld -shared -z defs
+    arch, tools = conformance.target_tools(target, compiler)
+    return conformance.link(sources, arch, tools, options)
+
+
+@hookimpl
 def device_info_impl(device: HipDevice) -> dict[str, Any]:
     # kDLROCM, kDLROCMHost; DLPack has no ROCm managed type: managed memory is device memory there
     return dict(device.info, dlpack_device_types={"DEVICE": 10, "HOST": 11, "MANAGED": 10})

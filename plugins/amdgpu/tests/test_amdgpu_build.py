@@ -7,7 +7,7 @@ import io
 import pytest
 from amdgpu_test_support import build, conformance_images, toolchain_or_skip
 from elftools.elf.elffile import ELFFile
-from pyoffload.backend import CompileError
+from pyoffload.backend import CompileError, Errc
 
 from pyoffload_amdgpu import codeobject, conformance
 
@@ -104,3 +104,57 @@ def test_build_program_compiles_opencl_c_for_the_device_and_caches_it(monkeypatc
         assert "error" in err.value.build_log
     finally:
         pyoffload.shutdown()
+
+
+CALLER = """
+int twice_plus_one(int x);
+kernel void fill(global int *out, int n) { for (int i = 0; i < n; i++) out[i] = twice_plus_one(i); }
+"""
+CALLEE = "int twice_plus_one(int x) { return 2 * x + 1; }\n"
+
+
+def _symtab(image: bytes) -> dict[str, str]:
+    elf = ELFFile(io.BytesIO(image))
+    return {s.name: s["st_shndx"] for s in elf.get_section_by_name(".symtab").iter_symbols()}
+
+
+def test_linked_sources_make_one_code_object_with_the_callee():
+    image = conformance.link((CALLER, CALLEE), "gfx90a", toolchain_or_skip())
+    assert ELFFile(io.BytesIO(image))["e_type"] == "ET_DYN"
+    code = codeobject.parse(image)
+    assert set(code.kernels) == {"fill"} and code.kernels["fill"].signature == ("ptr", "i32")
+    assert _symtab(image)["twice_plus_one"] != "SHN_UNDEF"  # resolved by ld.lld, defined here
+
+
+def test_a_link_with_an_undefined_function_is_a_link_failure_naming_it():
+    tools = toolchain_or_skip()
+    with pytest.raises(CompileError) as err:
+        conformance.link((CALLER, "int unrelated(int x) { return x; }\n"), "gfx90a", tools)
+    assert err.value.errc is Errc.LINK_FAILURE
+    assert "twice_plus_one" in str(err.value) and "undefined" in str(err.value).lower()
+    assert "ld.lld" in err.value.build_log and "twice_plus_one" in err.value.build_log
+
+
+def test_an_undefined_default_visibility_function_fails_the_link_not_the_load():
+    # -shared alone leaves an undefined default-visibility symbol to the loader; -z defs
+    # refuses it at the link.
+    tools = toolchain_or_skip()
+    with pytest.raises(CompileError) as err:
+        conformance.link((CALLER, "int unrelated(int x) { return x; }\n"), "gfx90a", tools, ("-fvisibility=default",))
+    assert err.value.errc is Errc.LINK_FAILURE and "twice_plus_one" in str(err.value)
+
+
+def test_a_compile_error_in_one_source_names_it():
+    tools = toolchain_or_skip()
+    with pytest.raises(CompileError) as err:
+        conformance.link((CALLEE, "int broken( {\n"), "gfx90a", tools)
+    assert err.value.errc is Errc.COMPILE_FAILURE
+    assert "source 1" in str(err.value) and "source1.cl" in err.value.build_log
+
+
+def test_build_image_links_without_a_device():
+    import pyoffload
+
+    toolchain_or_skip()
+    built = pyoffload.build_image([CALLER, CALLEE], target="amdgpu:gfx90a", cache=False)
+    assert set(codeobject.parse(built.image).kernels) == {"fill"}

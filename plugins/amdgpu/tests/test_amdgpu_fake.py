@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 from amdgpu_test_support import build, conformance_images
 
-from pyoffload_amdgpu import codeobject
+from pyoffload.conformance.test_builds import CALLEE, CALLER
+
+from pyoffload_amdgpu import codeobject, conformance
 from pyoffload_amdgpu.fake_hip import FakeHip, FakeHipWarning, FakePointer
 from pyoffload_amdgpu.fake_hip.kernels import EMULATIONS
 from pyoffload_amdgpu.kernargs import packer
@@ -282,9 +284,10 @@ def test_emulations_match_the_image_signatures():
     kernels = {**code.kernels, **ctor.kernels}
     # Every kernel of the packaged images has its emulation, with the image's signature; the
     # others emulate kernels that conformance tests build from source (a struct by value, a
-    # required work-group size).
+    # required work-group size, two sources linked).
     assert set(kernels) <= set(EMULATIONS), sorted(set(kernels) - set(EMULATIONS))
-    assert set(EMULATIONS) - set(kernels) == {"take_pair", "fixed_block"}
+    assert set(EMULATIONS) - set(kernels) == {"take_pair", "fixed_block", "linked_fill"}
+    kernels.update(codeobject.parse(conformance.link((CALLER, CALLEE), "gfx90a")).kernels)
     for name in kernels:
         assert kernels[name].signature == EMULATIONS[name][0], name
 

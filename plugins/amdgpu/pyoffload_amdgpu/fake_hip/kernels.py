@@ -225,3 +225,12 @@ def _take_pair(ctx: LaunchContext, out: int, tag: np.int8, pair: bytes, tail: np
 def _fixed_block(ctx: LaunchContext, out: int) -> None:
     # The conformance suite's kernel with reqd_work_group_size(8, 1, 1): out[0] = 1.
     ctx.store(out, np.array([1], dtype=np.int32))
+
+
+@emulates("linked_fill", ("ptr", "i32"))
+def _linked_fill(ctx: LaunchContext, out: int, n: np.int32) -> None:
+    # The conformance suite's linked program: one work-item fills out[i] = linked_twice(i), the
+    # callee (2 * i + 1) defined in another source and resolved by ld.lld.
+    count = max(0, int(n))
+    if count:
+        ctx.store(out, (2 * np.arange(count, dtype=np.int64) + 1).astype(np.int32))
