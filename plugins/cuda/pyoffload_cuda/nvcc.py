@@ -85,6 +85,40 @@ def compile_source(source: str, fmt: str, sm: int, options: tuple[str, ...] = ()
         return out.read_bytes()
 
 
+def link_sources(sources: tuple[str, ...], sm: int, options: tuple[str, ...] = (), nvcc: str | None = None) -> bytes:
+    """Compile each of ``sources`` as relocatable device code (``nvcc -dc``, one object per
+    source) and link the objects with nvlink (``nvcc -dlink -cubin``) into one cubin for
+    ``sm_<sm>``: a ``__device__`` function one source declares ``extern`` and another defines is
+    resolved by the link.  nvlink links machine code only, so the image is a cubin (loads on
+    ``sm_<sm>`` and later minor revisions of its major), not PTX.
+
+    ``options`` go to every compile and to the link.  A compiler error is a ``CompileError``
+    naming the source (``source<i>.cu``); a link error (nvlink's ``Undefined reference to
+    '<mangled name>'``) a ``CompileError`` with errc ``LINK_FAILURE``, nvlink's output in
+    ``build_log``."""
+    nvcc = nvcc or find_nvcc()
+    if nvcc is None:
+        raise OffloadError("nvcc not found (set CUDA_ROOT or put nvcc on PATH)", errc=Errc.HOST_TOOL_NOT_FOUND)
+    with tempfile.TemporaryDirectory(prefix="pyoffload-cuda-") as tmp:
+        objects = []
+        for i, source in enumerate(sources):
+            src, obj = pathlib.Path(tmp) / f"source{i}.cu", pathlib.Path(tmp) / f"source{i}.o"
+            src.write_text(source)
+            cmd = [nvcc, "-dc", f"-arch=sm_{sm}", *options, "-o", str(obj), str(src)]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0:
+                log = (" ".join(cmd) + "\n" + proc.stdout + proc.stderr).replace(tmp + "/", "")
+                raise CompileError.from_log(f"nvcc -dc failed on source {i} (sm_{sm})", log)
+            objects.append(str(obj))
+        out = pathlib.Path(tmp) / "image.cubin"
+        cmd = [nvcc, "-dlink", "-cubin", f"-arch=sm_{sm}", *options, "-o", str(out), *objects]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            log = (" ".join(cmd) + "\n" + proc.stdout + proc.stderr).replace(tmp + "/", "")
+            raise CompileError.from_link_log(f"linking {len(sources)} sources with nvlink failed (sm_{sm})", log)
+        return out.read_bytes()
+
+
 def build(name: str, fmt: str, sm: int, nvcc: str | None = None) -> bytes:
     """Conformance program ``name`` ("kernels" or "ctor_dtor") as a ``fmt`` image for ``sm_<sm>``."""
     key = (name, fmt, sm)

@@ -656,6 +656,20 @@ def target_compile_impl(target: str, source: str, options: tuple[str, ...], comp
     return nvcc.compile_source(source, "ptx", sm, options, found)
 
 
+@hookimpl
+def target_link_impl(target: str, sources: tuple[str, ...], options: tuple[str, ...], compiler: str | None) -> bytes:
+    # nvcc -dc per source, then nvlink (nvcc -dlink -cubin): offline, so no device or driver is
+    # needed, unlike the driver's JIT linker (cuLinkCreate ... cuLinkComplete).
+    found, sm = _target_tools(target, compiler)
+    wanted = int(target.removeprefix("cuda:sm_"))
+    if sm // 10 != wanted // 10:
+        raise UnsupportedError(
+            f"build_program of several sources for {target}: {found} cannot link for sm_{wanted} (nvlink links "
+            f"machine code only, and its newest is sm_{sm}, whose cubin does not load there); build them as one source"
+        )
+    return nvcc.link_sources(sources, sm, options, found)
+
+
 # -- queues and events --------------------------------------------------------------------
 
 

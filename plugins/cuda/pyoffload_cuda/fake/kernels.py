@@ -178,7 +178,17 @@ def take_pair(mem: Memory, launch: Launch) -> None:
     mem.write(out, np.array([a, b, tail, tag], dtype=np.float32).tobytes())
 
 
+def linked_fill(mem: Memory, launch: Launch) -> None:
+    # The conformance suite's linked program: one thread fills out[i] = linked_twice(i), the
+    # callee (2 * i + 1) defined in another source and resolved by nvlink.
+    out, n = _check("linked_fill", launch.args, "pi")
+    count = max(0, int(n))
+    if count:
+        mem.write(int(out), (2 * np.arange(count, dtype=np.int64) + 1).astype(np.int32).tobytes())
+
+
 EMULATIONS: dict[str, Callable[[Memory, Launch], None]] = {
+    "linked_fill": linked_fill,
     "take_pair": take_pair,
     "noop": noop,
     "iota_i32": iota_i32,
