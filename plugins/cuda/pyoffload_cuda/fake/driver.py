@@ -327,6 +327,10 @@ class FakeDriver:
                         ctx.sticky = self.fail(
                             self.LogicError, "cuCtxSynchronize", ILLEGAL_ADDRESS, str(exc), "illegal-address"
                         )
+                # Drop the operation before its completion shows: a launch's closure holds its
+                # module, and the last reference must not go on this (draining) thread after the
+                # program was unloaded on its own (pycuda could not activate the context here).
+                del op
                 self._done_seq = seq
 
     def completed(self, seq: int) -> bool:
