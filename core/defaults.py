@@ -111,7 +111,7 @@ def kernel_packer_impl(device: Any, kernel: Any, kinds: tuple[str, ...]) -> Call
 @hookimpl(trylast=True)
 def launch_prepare_impl(
     device: Any, queue: Any, kernel: Any, grid: Any, block: Any, args: Any
-) -> Callable[[], None] | None:
+) -> Callable[..., None] | None:
     return None
 
 

@@ -65,7 +65,7 @@ _KIND_DTYPES: dict[str, np.dtype[Any]] = {
 class Binder:
     """Checks and packs the arguments of launches of one kernel with one tuple of argument types."""
 
-    __slots__ = ("kernel", "codes", "dtypes", "packer", "has_local", "has_pointers", "kinds", "structs")
+    __slots__ = ("kernel", "codes", "dtypes", "packer", "has_local", "has_pointers", "kinds", "structs", "fixups")
 
     def __init__(self, kernel: Kernel, types: tuple[type, ...]) -> None:
         sig = kernel.signature
@@ -91,6 +91,9 @@ class Binder:
         # Aggregates passed by value: their kinds ("v<N>") depend on each value's size, so their
         # packer is picked per launch (kernel.packer caches it per kind signature).
         self.structs = tuple(i for i, c in enumerate(codes) if c == _STRUCT)
+        # The arguments whose value is replaced after the memory checks (conversions, NULL,
+        # globals): most launches have none, and then skip that pass.
+        self.fixups = tuple(i for i, c in enumerate(codes) if c in (_CONVERT, _NULL, _GLOBAL))
         self.packer = kernel.packer(self.kinds) if not self.structs else None
 
     def __call__(self, queue: QueueCore, args: Sequence[Any]) -> tuple[Any, list[Allocation]]:
@@ -133,12 +136,13 @@ class Binder:
                         f"launch of {self.kernel.name!r}: {total} bytes of LocalMemory exceed the device's "
                         f"local memory ({limit} bytes, info 'local_memory_bytes')"
                     )
-        for i, code in enumerate(self.codes):
+        for i in self.fixups:
+            code = self.codes[i]
             if code == _CONVERT:
                 values[i] = _convert(i, values[i], self.dtypes[i])  # type: ignore[arg-type]
             elif code == _NULL:
                 values[i] = 0
-            elif code == _GLOBAL:
+            else:
                 values[i] = _global_address(queue, i, values[i])
         packer = self.packer
         if self.structs:

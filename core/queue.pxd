@@ -24,6 +24,7 @@ cdef class PreparedLaunch:
     cdef readonly object args
     cdef tuple _allocs
     cdef object _fast
+    cdef object _fast_args
     cdef object _binder
     cdef tuple _types
     cdef tuple _checked

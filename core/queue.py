@@ -362,6 +362,7 @@ class PreparedLaunch:
         "args",
         "_allocs",
         "_fast",
+        "_fast_args",
         "_binder",
         "_types",
         # (epoch, function one launch calls): replaced as a whole by _revalidate, read without a
@@ -377,7 +378,7 @@ class PreparedLaunch:
         block: tuple[int, int, int],
         args: Any,
         allocs: tuple[Allocation, ...],
-        fast: Callable[[], None] | None,
+        fast: Callable[..., None] | None,
         bind: Binder,
         types: tuple[type, ...],
     ) -> None:
@@ -389,6 +390,9 @@ class PreparedLaunch:
         self.args = args
         self._allocs = allocs  # checked by every call's hand-over (enqueue_launch)
         self._fast = fast
+        # The same function where it also takes new packed arguments (launch_prepare_impl's
+        # optional form), read from its signature once; None: new values go through launch_impl.
+        self._fast_args = fast if fast is not None and _takes_packed(fast) else None
         self._binder = bind
         self._types = types  # the argument types prepared: new values of these types reuse _binder
         self._checked: tuple[int, Callable[[], None]] = (-1, self._through_hook)
@@ -422,12 +426,17 @@ class PreparedLaunch:
                     f"prepared with ({', '.join(self._binder.kinds)}); prepare a launch for these"
                 )
         packed, allocs = bind(q, args)
-        seq = q.enqueue_launch(
-            self._program,
-            allocs,
-            q.disp.raw.launch_impl,
-            (q.dh, q.handle, kernel.handle, self.grid, self.block, packed),
-        )
+        fast = self._fast_args
+        if fast is not None and q.disp.direct:
+            # The backend's prepared function takes the new values itself (launch_prepare_impl).
+            seq = q.enqueue_launch(self._program, allocs, fast, (packed,))
+        else:
+            seq = q.enqueue_launch(
+                self._program,
+                allocs,
+                q.disp.raw.launch_impl,
+                (q.dh, q.handle, kernel.handle, self.grid, self.block, packed),
+            )
         return q.event_for(seq)
 
     def _through_hook(self) -> None:
@@ -445,6 +454,22 @@ class PreparedLaunch:
         call = self._fast if self._fast is not None and q.disp.direct else self._through_hook
         self._checked = (epoch, call)
         return call
+
+
+def _takes_packed(fn: Callable[..., Any]) -> bool:
+    """Whether a backend's prepared function takes new packed arguments: its first parameter is
+    named ``new_args`` (see ``launch_prepare_impl``).  By name, not by count: a parameter with a
+    default that keeps something alive (``def enqueue(frame=frame)``) is no such argument.  A
+    signature that cannot be read counts as the zero-argument form."""
+    import inspect  # already loaded by pluggy: no import cost
+
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    if not params or params[0].name != "new_args":
+        return False
+    return params[0].kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
 
 PROFILING_INFO = ("queued", "submitted", "started", "ended")

@@ -273,3 +273,83 @@ def test_a_refused_launch_on_a_profiling_queue_releases_the_events_it_recorded(f
     finally:
         runtime.remove_wrapper(fault)
         runtime.remove_wrapper(counting)
+
+
+def _read(a: Any) -> int:
+    out = np.zeros(1, np.int32)
+    pyoffload.memcpy(out, a)
+    return int(out[0])
+
+
+def test_new_values_and_prepared_values_interleave(host: Any, queue: Any, prog: Any) -> None:
+    """The backend's prepared function takes new values itself: calls without values keep using
+    the prepared ones, whatever came between."""
+    a, b = host.alloc(4), host.alloc(4)
+    for x in (a, b):
+        pyoffload.memcpy(x, np.zeros(1, np.int32))
+    launch = queue.prepare(prog.kernel("add_one"), 1, 1, [a])
+    for _ in range(3):
+        launch()
+        launch(b)
+        launch(b)
+    launch(a)
+    queue.wait()
+    assert (_read(a), _read(b)) == (4, 6)
+    a.free()
+    b.free()
+
+
+def test_a_wrapper_sees_launches_with_new_values(host: Any, queue: Any, prog: Any) -> None:
+    from faults import FaultPlugin, install
+
+    from pyoffload import runtime
+
+    a, b = host.alloc(4), host.alloc(4)
+    for x in (a, b):
+        pyoffload.memcpy(x, np.zeros(1, np.int32))
+    launch = queue.prepare(prog.kernel("add_one"), 1, 1, [a])
+    plugin = FaultPlugin("launch_impl", nth=2)
+    factory = install(plugin)
+    try:
+        launch(b)
+        with pytest.raises(BackendError, match="injected fault"):
+            launch(b)
+        launch()
+        assert plugin.calls == 3 and plugin.fired == 1
+    finally:
+        runtime.remove_wrapper(factory)
+    launch(b)  # no wrapper: the backend's prepared function again
+    queue.wait()
+    assert (_read(a), _read(b)) == (1, 2)
+    a.free()
+    b.free()
+
+
+def test_a_prepared_function_without_parameters_gets_new_values_through_launch_impl(
+    host: Any, queue: Any, prog: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backend written for the zero-argument form of launch_prepare_impl keeps working."""
+    made = host.disp.raw.launch_prepare_impl
+    called: list[int] = []
+
+    def zero_argument_form(*a: Any) -> Any:
+        fn = made(*a)
+
+        def launch(keep: Any = fn) -> None:  # a default that keeps something alive is no new_args
+            called.append(1)
+            keep()
+
+        return launch
+
+    monkeypatch.setattr(host.disp.raw, "launch_prepare_impl", zero_argument_form)
+    monkeypatch.setattr(host.disp, "launch_prepare_impl", zero_argument_form)
+    a, b = host.alloc(4), host.alloc(4)
+    for x in (a, b):
+        pyoffload.memcpy(x, np.zeros(1, np.int32))
+    launch = queue.prepare(prog.kernel("add_one"), 1, 1, [a])
+    launch(b)
+    launch()
+    queue.wait()
+    assert (_read(a), _read(b), len(called)) == (1, 1, 1)
+    a.free()
+    b.free()

@@ -58,15 +58,33 @@ def launch_impl(
 @hookspec(firstresult=True)
 def launch_prepare_impl(
     device: Any, queue: Any, kernel: Any, grid: tuple[int, int, int], block: tuple[int, int, int], args: Any
-) -> Callable[[], None] | None:
-    """*Optional.* Bind one launch once and return a zero-argument function that enqueues it
-    again each time it is called (``Queue.prepare``).
+) -> Callable[..., None] | None:
+    """*Optional.* Bind one launch once and return a function that enqueues it again each time
+    it is called (``Queue.prepare``).
 
     ``args`` is packed as for ``launch_impl``.  The function is the hot path of a prepared
     launch: the generic layer calls it directly (serialised per queue, like every enqueue) unless
     a wrapper plugin is registered, in which case each call goes through ``launch_impl`` so that
     wrappers see it.  It must not block.  The default returns ``None``: each prepared launch then
     calls ``launch_impl``.
+
+    Called with no argument, it enqueues the launch with the ``args`` given here.  It *may* also
+    take new packed arguments of the same kinds (what the packer returned for a prepared launch
+    called with new values, ``PreparedLaunch(*new_args)``) as its first parameter, which must be
+    named ``new_args`` and default to ``None``: given them, it enqueues the launch with those
+    instead, and a later call without uses ``args`` again.  The generic layer reads the name
+    once, at prepare: a function whose first parameter has another name (or none) is never given
+    new arguments (launches with new values then go through ``launch_impl``), so backends written
+    before this form keep working and no HOOK_API bump is needed.  Example::
+
+        @hookimpl
+        def launch_prepare_impl(device, queue, kernel, grid, block, args):
+            bound = driver.bind(kernel.function, grid, block, args)
+
+            def launch(new_args=None):
+                driver.launch_bound(bound if new_args is None else driver.rebind(bound, new_args), queue.stream)
+
+            return launch
     """
 
 

@@ -529,14 +529,27 @@ def launch_impl(device: Any, queue: HostQueue, kernel: HostKernel, grid: Any, bl
 @hookimpl
 def launch_prepare_impl(
     device: Any, queue: HostQueue, kernel: HostKernel, grid: Any, block: Any, args: Any
-) -> Callable[[], None]:
+) -> Callable[..., None]:
     submit = queue.submit
     if kernel.abi:
-        _runtime.geometry(args, grid, block)  # the runtime only reads the descriptor: it serves every repeat
+        geometry = _runtime.geometry
+        geometry(args, grid, block)  # the runtime only reads the descriptor: it serves every repeat
         run = (kernel, args, _THREADS)
-        return lambda: submit(_run_parallel, run)
+
+        def launch_parallel(new_args: Any = None) -> None:
+            if new_args is None:
+                submit(_run_parallel, run)
+            else:  # new values: a descriptor of their own (the earlier launches may not have run)
+                geometry(new_args, grid, block)
+                submit(_run_parallel, (kernel, new_args, _THREADS))
+
+        return launch_parallel
     fn = kernel.fn
-    return lambda: submit(fn, args)
+
+    def launch(new_args: Any = None) -> None:
+        submit(fn, args if new_args is None else new_args)
+
+    return launch
 
 
 @hookimpl

@@ -22,7 +22,7 @@ from typing import Any
 
 from pyoffload.backend import scalar_kind
 
-from .errors import driver_call
+from .errors import driver_call, translate
 from .handles import OclDevice, OclKernel, OclProgram, OclQueue
 from .state import STATE_PARAM
 from .svm import C1
@@ -97,6 +97,18 @@ def packer(kinds: tuple[str, ...]) -> Callable[[tuple[Any, ...]], list[tuple[int
 
     svm, local, at = cl.SVM, cl.LocalMemory, C1.from_address
     how = tuple(_SVM if k == "ptr" else _ARG if k == "local" else _BUF for k in kinds)
+    # The cl.SVM tag of each address seen lately: a tag only names an address (it owns nothing),
+    # so one serves every launch at that address, and a prepared launch given the same tag
+    # again skips setting it (see prepare).  Bounded; dict reads and writes need no lock.
+    tags: dict[int, Any] = {}
+
+    def tag(address: int) -> Any:
+        t = tags.get(address)
+        if t is None:
+            if len(tags) >= _TAGS:
+                tags.clear()
+            t = tags[address] = svm(at(address))
+        return t
 
     def pack(values: tuple[Any, ...]) -> list[tuple[int, Any]]:
         out = []
@@ -104,12 +116,19 @@ def packer(kinds: tuple[str, ...]) -> Callable[[tuple[Any, ...]], list[tuple[int
             if h == _BUF:
                 out.append((_BUF, v))
             elif h == _SVM:
-                out.append((_SVM, svm(at(v))) if v else (_ARG, None))
+                if v:
+                    t = tags.get(v)
+                    out.append((_SVM, t if t is not None else tag(v)))
+                else:
+                    out.append((_ARG, None))
             else:
                 out.append((_ARG, local(v.size)))
         return out
 
     return pack
+
+
+_TAGS = 1024  # addresses whose cl.SVM tag a packer keeps
 
 
 def prepare(
@@ -118,8 +137,11 @@ def prepare(
     grid: tuple[int, int, int],
     block: tuple[int, int, int],
     args: list[tuple[int, Any]],
-) -> Callable[[], None]:
-    """A private ``cl.Kernel`` with everything bound; the closure only enqueues."""
+) -> Callable[..., None]:
+    """A private ``cl.Kernel`` with everything bound; the closure only enqueues.  Given new
+    packed arguments it sets them on the private kernel first (OpenCL captures them at enqueue;
+    the generic layer serialises the calls per queue), and the next call without rebinds
+    ``args``."""
     import pyopencl as cl
 
     cl_kernel = cl.Kernel(kernel.program.cl_program, kernel.name)
@@ -129,9 +151,38 @@ def prepare(
         setter[h](i, v)
     gws = (grid[0] * block[0], grid[1] * block[1], grid[2] * block[2])
     enqueue, cl_queue = cl.enqueue_nd_range_kernel, queue.cl_queue
+    # The cl.SVM tag set on each pointer argument of the private kernel now (None: unknown or
+    # not a pointer).  The packer keeps one tag per address, so the same tag is the same pointer
+    # and is not set again; scalars (cheap to set, and a numpy.void may be a view that changed)
+    # and local memory are set every time.
+    bound: list[Any] = [v if h == _SVM else None for h, v in args]
+    rebound = False  # whether calls with new values left other arguments set
 
-    def launch_prepared() -> None:
-        queue.last = enqueue(cl_queue, cl_kernel, gws, block)
+    def launch_prepared(new_args: list[tuple[int, Any]] | None = None) -> None:
+        nonlocal rebound
+        if new_args is None:
+            if rebound:
+                for i, (h, v) in enumerate(args):
+                    if h != _SVM or v is not bound[i]:
+                        bound[i] = None
+                        setter[h](i, v)
+                        bound[i] = v if h == _SVM else None
+                rebound = False
+            queue.last = enqueue(cl_queue, cl_kernel, gws, block)
+            return
+        rebound = True
+        try:
+            for i, (h, v) in enumerate(new_args):
+                if h != _SVM:
+                    setter[h](i, v)
+                    bound[i] = None
+                elif v is not bound[i]:
+                    bound[i] = None  # unknown until set: a failed set leaves the driver's value unknown
+                    setter[h](i, v)
+                    bound[i] = v
+            queue.last = enqueue(cl_queue, cl_kernel, gws, block)
+        except cl.Error as exc:  # as launch_impl words it; hot path: no context manager on success
+            raise translate(exc, f"launching {kernel.name!r}") from exc
 
     return launch_prepared
 

@@ -418,7 +418,7 @@ def launch_prepare_impl(
     grid: tuple[int, int, int],
     block: tuple[int, int, int],
     args: list[tuple[int, Any]],
-) -> Callable[[], None]:
+) -> Callable[..., None]:
     with driver_call(f"preparing {kernel.name!r}"):
         return launch.prepare(queue, kernel, grid, block, args)
 
