@@ -28,3 +28,7 @@ cdef class PreparedLaunch:
     cdef object _binder
     cdef tuple _types
     cdef tuple _checked
+
+    # A C call from __call__ (new values) rather than a method looked up per call.
+    @cython.locals(same=bint, i=Py_ssize_t)
+    cpdef _with(self, tuple args)

@@ -416,7 +416,14 @@ class PreparedLaunch:
         q = self.queue
         kernel = self.kernel
         bind = self._binder
-        if tuple(map(type, args)) != self._types:
+        types = self._types
+        same = len(args) == len(types)
+        if same:  # compiled, a C loop: cheaper than building the tuple of types to compare
+            for i in range(len(types)):
+                if type(args[i]) is not types[i]:
+                    same = False
+                    break
+        if not same:
             # Other types (an int pointer for an Allocation, a numpy scalar for a Python int): the
             # kernel's binder for them checks count and kinds as a launch does.
             bind = binder(kernel, args)
